@@ -1,0 +1,491 @@
+//! The SLO file (`slo.yaml`): objectives per request class, and the error-budget policy.
+//!
+//! ```yaml
+//! objectives:
+//!   "*":                       # applies to every class unless the class overrides it
+//!     ttft: {p95: 300ms}       # client TTFT, 95th percentile below 300 ms
+//!     itl: {p95: 50ms}
+//!     queue_time: {p99: 10ms}  # server-side (vllm:request_queue_time_seconds)
+//!     error_rate: 0.5%         # errors + aborts over all finished requests
+//!   long_context:
+//!     ttft: {p95: 2s}
+//! budget: {window: 30d, target: 99%, freeze_at: 50%}
+//! ```
+//!
+//! Durations accept `ns`, `us`, `ms`, `s`, `m`; ratios accept `0.5%` or `0.005`. Percentiles are
+//! written `p50`, `p95`, `p99`, `p99.9` and must lie strictly between 0 and 100.
+
+use crate::signal::LatencySignal;
+use crate::yaml::{YamlError, load_yaml, parse_yaml};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One objective, resolved: either a latency percentile below a threshold, or an error ratio.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Objective {
+    /// `signal`'s `percentile`-th percentile must be at most `threshold_s` seconds.
+    Latency {
+        /// Which latency.
+        signal: LatencySignal,
+        /// Percentile in (0, 100), e.g. 95.0.
+        percentile: f64,
+        /// Threshold in seconds.
+        threshold_s: f64,
+    },
+    /// (errors + aborts) / finished requests must be at most `max_ratio` (0–1).
+    ErrorRate {
+        /// Maximum ratio, 0–1.
+        max_ratio: f64,
+    },
+}
+
+impl Objective {
+    /// Short stable id, e.g. `ttft_p95`, `error_rate` (used in JSON, CSV and findings).
+    pub fn id(&self) -> String {
+        match self {
+            Objective::Latency {
+                signal, percentile, ..
+            } => format!("{}_p{}", signal.name(), fmt_pct(*percentile)),
+            Objective::ErrorRate { .. } => "error_rate".to_string(),
+        }
+    }
+
+    /// Human form, e.g. `TTFT p95 < 300 ms`.
+    pub fn describe(&self) -> String {
+        match self {
+            Objective::Latency {
+                signal,
+                percentile,
+                threshold_s,
+            } => format!(
+                "{} p{} < {}",
+                signal.display(),
+                fmt_pct(*percentile),
+                fmt_duration_s(*threshold_s)
+            ),
+            Objective::ErrorRate { max_ratio } => {
+                format!("errors + aborts < {}%", fmt_num(max_ratio * 100.0))
+            }
+        }
+    }
+}
+
+/// The objectives of one request class, resolved and in a stable order.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct SloSpec {
+    /// Objectives, latency first in signal order, then error rate.
+    pub objectives: Vec<Objective>,
+}
+
+/// Error-budget policy (SRE Workbook ch. 5): a `target` share of requests must meet every
+/// objective over `window`; past `freeze_at` of the budget consumed, freeze non-essential tuning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetPolicy {
+    /// Rolling window, e.g. `30d` (kept as written; Prometheus syntax).
+    pub window: String,
+    /// Target as a ratio 0–1 (written `99%` or `0.99`), strictly below 1.
+    #[serde(deserialize_with = "de_ratio")]
+    pub target: f64,
+    /// Consumed share of the budget (0–1) at which tuning freezes.
+    #[serde(deserialize_with = "de_ratio", default = "default_freeze")]
+    pub freeze_at: f64,
+}
+
+fn default_freeze() -> f64 {
+    0.5
+}
+
+/// The whole `slo.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloFile {
+    /// Objectives per class name; `"*"` is the default for classes not listed.
+    pub objectives: BTreeMap<String, ClassObjectives>,
+    /// Optional error-budget policy.
+    #[serde(default)]
+    pub budget: Option<BudgetPolicy>,
+}
+
+/// Objectives of one class as written in YAML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ClassObjectives {
+    /// TTFT percentiles, e.g. `{p95: 300ms}`.
+    #[serde(default, deserialize_with = "de_pcts")]
+    pub ttft: BTreeMap<PctKey, f64>,
+    /// ITL percentiles.
+    #[serde(default, deserialize_with = "de_pcts")]
+    pub itl: BTreeMap<PctKey, f64>,
+    /// TPOT percentiles.
+    #[serde(default, deserialize_with = "de_pcts")]
+    pub tpot: BTreeMap<PctKey, f64>,
+    /// E2E percentiles.
+    #[serde(default, deserialize_with = "de_pcts")]
+    pub e2e: BTreeMap<PctKey, f64>,
+    /// Server queue-time percentiles.
+    #[serde(default, deserialize_with = "de_pcts")]
+    pub queue_time: BTreeMap<PctKey, f64>,
+    /// Maximum error + abort ratio.
+    #[serde(default, deserialize_with = "de_opt_ratio")]
+    pub error_rate: Option<f64>,
+}
+
+/// A percentile key such as `p95` or `p99.9`, stored as thousandths of a percent so it orders
+/// and compares exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct PctKey(pub u32);
+
+impl PctKey {
+    /// The percentile as a number in (0, 100).
+    pub fn value(self) -> f64 {
+        f64::from(self.0) / 1000.0
+    }
+}
+
+impl SloFile {
+    /// Reads `slo.yaml`.
+    ///
+    /// # Errors
+    /// File, line and field of the first problem: unknown field, a percentile outside (0, 100),
+    /// a duration without a unit, a ratio of 100 % or more.
+    pub fn load(path: &Path) -> Result<SloFile, YamlError> {
+        let f: SloFile = load_yaml(path)?;
+        f.validate(path)?;
+        Ok(f)
+    }
+
+    /// Parses `slo.yaml` text; `origin` names it in errors.
+    ///
+    /// # Errors
+    /// As [`SloFile::load`].
+    pub fn parse(text: &str, origin: &Path) -> Result<SloFile, YamlError> {
+        let f: SloFile = parse_yaml(text, origin)?;
+        f.validate(origin)?;
+        Ok(f)
+    }
+
+    fn validate(&self, origin: &Path) -> Result<(), YamlError> {
+        let err = |m: String| YamlError {
+            path: origin.to_path_buf(),
+            message: m,
+        };
+        if self.objectives.is_empty() {
+            return Err(err(
+                "field `objectives`: expected at least one class (use \"*\" for all)".into(),
+            ));
+        }
+        for (class, o) in &self.objectives {
+            if let Some(r) = o.error_rate
+                && r >= 1.0
+            {
+                return Err(err(format!(
+                    "objectives.{class}.error_rate: {r} is 100 % or more; expected a ratio below 1 (e.g. 0.5%)"
+                )));
+            }
+            if self.spec_for(class).objectives.is_empty() {
+                return Err(err(format!(
+                    "objectives.{class}: no objective given; expected ttft, itl, tpot, e2e, queue_time or error_rate"
+                )));
+            }
+        }
+        if let Some(b) = &self.budget
+            && b.target >= 1.0
+        {
+            return Err(err(format!(
+                "budget.target: {} is 100 % or more; a 100 % target leaves no error budget",
+                b.target
+            )));
+        }
+        Ok(())
+    }
+
+    /// The resolved objectives of `class`: the class's own entry merged over `"*"`.
+    pub fn spec_for(&self, class: &str) -> SloSpec {
+        let mut merged = self.objectives.get("*").cloned().unwrap_or_default();
+        if let Some(own) = self.objectives.get(class) {
+            merged.ttft.extend(own.ttft.iter().map(|(k, v)| (*k, *v)));
+            merged.itl.extend(own.itl.iter().map(|(k, v)| (*k, *v)));
+            merged.tpot.extend(own.tpot.iter().map(|(k, v)| (*k, *v)));
+            merged.e2e.extend(own.e2e.iter().map(|(k, v)| (*k, *v)));
+            merged
+                .queue_time
+                .extend(own.queue_time.iter().map(|(k, v)| (*k, *v)));
+            if own.error_rate.is_some() {
+                merged.error_rate = own.error_rate;
+            }
+        }
+        let mut objectives = Vec::new();
+        for (signal, map) in [
+            (LatencySignal::Ttft, &merged.ttft),
+            (LatencySignal::Itl, &merged.itl),
+            (LatencySignal::Tpot, &merged.tpot),
+            (LatencySignal::E2e, &merged.e2e),
+            (LatencySignal::QueueTime, &merged.queue_time),
+        ] {
+            for (k, v) in map {
+                objectives.push(Objective::Latency {
+                    signal,
+                    percentile: k.value(),
+                    threshold_s: *v,
+                });
+            }
+        }
+        if let Some(r) = merged.error_rate {
+            objectives.push(Objective::ErrorRate { max_ratio: r });
+        }
+        SloSpec { objectives }
+    }
+
+    /// Classes named explicitly (not `"*"`).
+    pub fn named_classes(&self) -> impl Iterator<Item = &str> {
+        self.objectives
+            .keys()
+            .map(String::as_str)
+            .filter(|c| *c != "*")
+    }
+}
+
+/// Parses a duration such as `300ms`, `1.5s`, `250us`, `2m` into seconds.
+///
+/// # Errors
+/// A message saying what was expected, when there is no unit, an unknown unit, or a negative or
+/// non-finite value.
+pub fn parse_duration_s(s: &str) -> Result<f64, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| {
+            format!("`{s}` has no unit; expected a duration like 300ms, 1.5s or 250us")
+        })?;
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a duration like 300ms, 1.5s or 250us"))?;
+    let scale = match unit.trim() {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        u => {
+            return Err(format!(
+                "`{s}`: unknown unit `{u}`; expected ns, us, ms, s, m or h"
+            ));
+        }
+    };
+    let out = v * scale;
+    if !out.is_finite() || out <= 0.0 {
+        return Err(format!("`{s}`: expected a positive duration"));
+    }
+    Ok(out)
+}
+
+/// Parses a ratio written `0.5%` or `0.005` into 0–1.
+///
+/// # Errors
+/// When not a number, negative, or not finite.
+pub fn parse_ratio(s: &str) -> Result<f64, String> {
+    let s = s.trim();
+    let (num, scale) = match s.strip_suffix('%') {
+        Some(n) => (n.trim(), 0.01),
+        None => (s, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a ratio like 0.5% or 0.005"))?;
+    let out = v * scale;
+    if !out.is_finite() || out < 0.0 {
+        return Err(format!("`{s}`: expected a non-negative ratio"));
+    }
+    Ok(out)
+}
+
+fn parse_pct_key(k: &str) -> Result<PctKey, String> {
+    let num = k
+        .strip_prefix('p')
+        .ok_or_else(|| format!("`{k}`: expected a percentile key like p95 or p99.9"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{k}`: expected a percentile key like p95 or p99.9"))?;
+    if !(v > 0.0 && v < 100.0) {
+        return Err(format!(
+            "`{k}`: percentile out of range; expected p0 < p < p100"
+        ));
+    }
+    Ok(PctKey((v * 1000.0).round() as u32))
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumOrStr {
+    Num(f64),
+    Str(String),
+}
+
+fn de_pcts<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<PctKey, f64>, D::Error> {
+    let raw: BTreeMap<String, String> = BTreeMap::deserialize(d)?;
+    let mut out = BTreeMap::new();
+    for (k, v) in raw {
+        let key = parse_pct_key(&k).map_err(serde::de::Error::custom)?;
+        let secs = parse_duration_s(&v).map_err(serde::de::Error::custom)?;
+        out.insert(key, secs);
+    }
+    Ok(out)
+}
+
+fn de_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    match NumOrStr::deserialize(d)? {
+        NumOrStr::Num(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        NumOrStr::Num(v) => Err(serde::de::Error::custom(format!(
+            "{v}: expected a non-negative ratio"
+        ))),
+        NumOrStr::Str(s) => parse_ratio(&s).map_err(serde::de::Error::custom),
+    }
+}
+
+fn de_opt_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    de_ratio(d).map(Some)
+}
+
+/// Formats seconds for humans: `300 ms`, `1.5 s`, `250 µs`.
+pub fn fmt_duration_s(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{} s", fmt_num(s))
+    } else if s >= 1e-3 {
+        format!("{} ms", fmt_num(s * 1e3))
+    } else {
+        format!("{} µs", fmt_num(s * 1e6))
+    }
+}
+
+/// Formats a number with up to 3 significant decimals and no trailing zeros.
+pub fn fmt_num(v: f64) -> String {
+    let s = if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    };
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+fn fmt_pct(p: f64) -> String {
+    fmt_num(p)
+}
+
+/// The default SLO of the embedded demo, from the seed guides' claims-assistant walkthrough:
+/// TTFT p95 < 300 ms, ITL p95 < 50 ms, no queueing (queue time p99 < 10 ms), errors + aborts
+/// < 0.5 %.
+pub const DEFAULT_SLO_YAML: &str = "objectives:
+  \"*\":
+    ttft: {p95: 300ms}
+    itl: {p95: 50ms}
+    queue_time: {p99: 10ms}
+    error_rate: 0.5%
+budget: {window: 30d, target: 99%, freeze_at: 50%}
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(t: &str) -> Result<SloFile, YamlError> {
+        SloFile::parse(t, Path::new("slo.yaml"))
+    }
+
+    #[test]
+    fn default_slo_resolves() {
+        let f = parse(DEFAULT_SLO_YAML).unwrap();
+        let s = f.spec_for("anything");
+        assert_eq!(
+            s.objectives,
+            vec![
+                Objective::Latency {
+                    signal: LatencySignal::Ttft,
+                    percentile: 95.0,
+                    threshold_s: 0.3
+                },
+                Objective::Latency {
+                    signal: LatencySignal::Itl,
+                    percentile: 95.0,
+                    threshold_s: 0.05
+                },
+                Objective::Latency {
+                    signal: LatencySignal::QueueTime,
+                    percentile: 99.0,
+                    threshold_s: 0.01
+                },
+                Objective::ErrorRate { max_ratio: 0.005 },
+            ]
+        );
+        assert_eq!(s.objectives[0].id(), "ttft_p95");
+        assert_eq!(s.objectives[0].describe(), "TTFT p95 < 300 ms");
+        assert_eq!(f.budget.unwrap().target, 0.99);
+    }
+
+    #[test]
+    fn class_overrides_default() {
+        let f = parse(
+            "objectives:\n  \"*\": {ttft: {p95: 300ms}, error_rate: 1%}\n  long: {ttft: {p95: 2s, p99.9: 5s}}\n",
+        )
+        .unwrap();
+        let s = f.spec_for("long");
+        assert_eq!(s.objectives.len(), 3);
+        assert_eq!(s.objectives[0].id(), "ttft_p95");
+        assert!(
+            matches!(s.objectives[0], Objective::Latency { threshold_s, .. } if threshold_s == 2.0)
+        );
+        assert_eq!(s.objectives[1].id(), "ttft_p99.9");
+        assert_eq!(f.named_classes().collect::<Vec<_>>(), vec!["long"]);
+    }
+
+    #[test]
+    fn bad_input_names_file_and_field() {
+        for (text, needle) in [
+            (
+                "objectives:\n  \"*\": {ttft: {p100: 1s}}\n",
+                "percentile out of range",
+            ),
+            ("objectives:\n  \"*\": {ttft: {p95: 300}}\n", "no unit"),
+            (
+                "objectives:\n  \"*\": {ttft: {p95: 3 parsecs}}\n",
+                "unknown unit",
+            ),
+            (
+                "objectives:\n  \"*\": {error_rate: 100%}\n",
+                "100 % or more",
+            ),
+            ("objectives:\n  \"*\": {tfft: {p95: 1s}}\n", "tfft"),
+            ("objectives: {}\n", "at least one class"),
+            (
+                "objectives:\n  \"*\": {ttft: {p95: 1s}}\nbudget: {window: 30d, target: 100%}\n",
+                "no error budget",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.starts_with("slo.yaml: "), "{e}");
+            assert!(e.contains(needle), "{needle} not in: {e}");
+        }
+    }
+
+    #[test]
+    fn durations_and_ratios() {
+        assert_eq!(parse_duration_s("250us").unwrap(), 250e-6);
+        assert_eq!(parse_duration_s("1.5s").unwrap(), 1.5);
+        assert_eq!(parse_duration_s("2m").unwrap(), 120.0);
+        assert!(parse_duration_s("-1s").is_err());
+        assert!((parse_ratio("0.5%").unwrap() - 0.005).abs() < 1e-15);
+        assert_eq!(parse_ratio("0.02").unwrap(), 0.02);
+        assert_eq!(fmt_duration_s(0.051), "51 ms");
+        assert_eq!(fmt_duration_s(1.5), "1.5 s");
+    }
+}
