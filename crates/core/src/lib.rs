@@ -6,8 +6,10 @@
 //! `signals`), measuring (crate `load`), rendering (crate `report`).
 
 pub mod outcome;
+pub mod run;
 pub mod signal;
 pub mod slo;
+pub mod stats;
 pub mod verdict;
 pub mod yaml;
 

@@ -1,0 +1,224 @@
+//! The run-directory schema: what `headroom sweep` measured, in the shape written to
+//! `results.json` and read back by reports, `diagnose --from RUN_DIR` and `compare`.
+//!
+//! Every figure carries its unit in its name (`_s`, `_ms`, `_ratio`, `_per_s`). Latency percentiles
+//! are client-side, from HDR histograms (3 significant digits), in seconds.
+
+use crate::verdict::{Finding, Verdict};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Schema version of `results.json`; bump on incompatible change.
+pub const RESULTS_SCHEMA_VERSION: u32 = 1;
+
+/// How load is offered at a level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadMode {
+    /// Closed loop: a fixed number of requests in flight; the level is the concurrency.
+    Concurrency,
+    /// Open loop: requests arrive at a rate; the level is requests per second.
+    Rate,
+}
+
+impl LoadMode {
+    /// Unit of a level in this mode, for display (`concurrent`, `req/s`).
+    pub fn unit(self) -> &'static str {
+        match self {
+            LoadMode::Concurrency => "concurrent",
+            LoadMode::Rate => "req/s",
+        }
+    }
+}
+
+/// Whether the run finished.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Still running: this file is a partial result written after a level.
+    Running,
+    /// Every phase finished.
+    Complete,
+    /// Stopped early (Ctrl-C, server died, client error); results so far are valid.
+    Stopped {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Latency summary of one signal at one level, seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct LatencySummary {
+    /// Number of observations.
+    pub count: u64,
+    /// Mean, seconds.
+    pub mean_s: f64,
+    /// Median, seconds.
+    pub p50_s: f64,
+    /// 90th percentile, seconds.
+    pub p90_s: f64,
+    /// 95th percentile, seconds.
+    pub p95_s: f64,
+    /// 99th percentile, seconds.
+    pub p99_s: f64,
+    /// Maximum, seconds.
+    pub max_s: f64,
+}
+
+/// Judgement of one objective at one level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObjectiveResult {
+    /// Objective id (`ttft_p95`, `error_rate`).
+    pub id: String,
+    /// Human form (`TTFT p95 < 300 ms`).
+    pub description: String,
+    /// Threshold in seconds (latency) or as a ratio (error rate).
+    pub threshold: f64,
+    /// Observed value in the same unit, when measurable.
+    pub observed: Option<f64>,
+    /// PASS / FAIL / INCONCLUSIVE.
+    pub verdict: Verdict,
+    /// Samples behind the figure.
+    pub samples: u64,
+    /// Why, for FAIL and INCONCLUSIVE (and the source of the figure: client or server).
+    pub reason: String,
+}
+
+/// Token counts at one level, summed over requests that finished in the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TokenCounts {
+    /// Prompt tokens the workload asked for (synthesis target).
+    pub prompt_requested: u64,
+    /// Prompt tokens the server reported in `usage`.
+    pub prompt_realised: u64,
+    /// `max_tokens` requested.
+    pub output_cap_requested: u64,
+    /// Output tokens the server reported in `usage`.
+    pub output_realised: u64,
+    /// Requests whose usage was missing (counts then exclude them).
+    pub usage_missing: u64,
+}
+
+/// The client's own health during a level: when it was busy or late, its numbers may be distorted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ClientHealth {
+    /// CPU seconds the client process used during the level (user + system).
+    pub cpu_s: f64,
+    /// Wall seconds of the level.
+    pub wall_s: f64,
+    /// SSE chunks received.
+    pub chunks: u64,
+    /// Client CPU per chunk, microseconds.
+    pub cpu_per_chunk_us: f64,
+    /// Open-loop send lag (actual − intended send time), p99, seconds.
+    pub send_lag_p99_s: f64,
+    /// Send lag max, seconds.
+    pub send_lag_max_s: f64,
+}
+
+/// The engine's own view of a level (from `/metrics` scrapes at start, during and end), and the
+/// reconciliation of client and server views.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ServerView {
+    /// Engine detected (`vllm`, `sglang`, `tgi`, `llama.cpp`, `unknown`).
+    pub engine: String,
+    /// Named figures over the window (e.g. `queue_time_p95_s`, `kv_cache_usage_max_ratio`,
+    /// `preemptions`, `prefix_cache_hit_ratio`, `requests_finished`), each from a named metric.
+    pub figures: BTreeMap<String, f64>,
+    /// Client − server differences that matter (token counts, request counts, TTFT remainder).
+    pub reconciliation: Vec<Reconciliation>,
+    /// Decision-table findings.
+    pub findings: Vec<Finding>,
+    /// Scrape files (relative to the run directory) behind these figures.
+    pub scrapes: Vec<String>,
+    /// Problems reading the server (scrape failed, metrics missing); figures may be partial.
+    pub notes: Vec<String>,
+}
+
+/// One client-versus-server comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reconciliation {
+    /// What is compared (`output_tokens`, `requests_finished`, `ttft_unexplained_p50_s`).
+    pub what: String,
+    /// Client-side figure.
+    pub client: f64,
+    /// Server-side figure.
+    pub server: f64,
+    /// Whether they agree within tolerance.
+    pub agrees: bool,
+    /// Explanation.
+    pub note: String,
+}
+
+/// Everything measured at one load level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LevelResult {
+    /// Concurrency or requests per second.
+    pub load: f64,
+    /// Mode of `load`.
+    pub mode: LoadMode,
+    /// Unix time of the measurement window's start, seconds.
+    pub started_unix_s: f64,
+    /// Measurement window length actually used, seconds (extended or cut short).
+    pub window_s: f64,
+    /// How the window ended (`full`, `early_stop: …`, `extended`, `interrupted`).
+    pub window_note: String,
+    /// Requests by outcome label (`stop`, `length`, `http_503`, `client_cancel`, …).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Latency per signal name (`ttft`, `itl`, `tpot`, `e2e`).
+    pub latency: BTreeMap<String, LatencySummary>,
+    /// Completed requests per second.
+    pub request_rate_per_s: f64,
+    /// Output tokens per second (from usage).
+    pub output_tokens_per_s: f64,
+    /// Goodput: requests per second that met every per-request latency objective.
+    pub goodput_per_s: f64,
+    /// Token accounting.
+    pub tokens: TokenCounts,
+    /// Per objective.
+    pub objectives: Vec<ObjectiveResult>,
+    /// Combined verdict.
+    pub verdict: Verdict,
+    /// Client health.
+    pub client: ClientHealth,
+    /// Engine view, when `/metrics` was readable.
+    pub server: Option<ServerView>,
+    /// Histogram file for this level (relative to the run directory).
+    pub histograms: String,
+    /// Warnings specific to this level.
+    pub warnings: Vec<String>,
+}
+
+/// Capacity found by one phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseResult {
+    /// Class name, or `mix`.
+    pub name: String,
+    /// Classes in this phase with their weights.
+    pub classes: Vec<(String, f64)>,
+    /// Load mode.
+    pub mode: LoadMode,
+    /// Levels in the order run.
+    pub levels: Vec<LevelResult>,
+    /// Highest load that passed every objective (none passed: `None`).
+    pub capacity: Option<f64>,
+    /// Lowest load that failed, when one did.
+    pub first_fail: Option<f64>,
+    /// Objective that broke first (at `first_fail`), by id.
+    pub first_breach: Option<String>,
+    /// How the search ended (resolution reached, limit hit, interrupted).
+    pub search_note: String,
+}
+
+/// `results.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// [`RESULTS_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Whether the run finished.
+    pub status: RunStatus,
+    /// Phases: each class alone, then the mix.
+    pub phases: Vec<PhaseResult>,
+    /// Warnings for the whole run (client saturated, token drift, …), printed once at the end.
+    pub warnings: Vec<String>,
+}
