@@ -222,3 +222,124 @@ pub struct RunResult {
     /// Warnings for the whole run (client saturated, token drift, …), printed once at the end.
     pub warnings: Vec<String>,
 }
+
+/// Margin of one objective at the operating point: `threshold / observed` (5.9 means the observed
+/// figure could grow 5.9× before breaching).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Headroom {
+    /// Load of the operating point (the capacity level).
+    pub load: f64,
+    /// Objective id.
+    pub objective: String,
+    /// Objective text.
+    pub description: String,
+    /// Observed value (seconds or ratio).
+    pub observed: f64,
+    /// Threshold (seconds or ratio).
+    pub threshold: f64,
+    /// `threshold / observed`; infinite when nothing was observed above zero.
+    pub ratio: f64,
+}
+
+impl PhaseResult {
+    /// The level at the phase's capacity, if any passed.
+    pub fn operating_level(&self) -> Option<&LevelResult> {
+        let cap = self.capacity?;
+        self.levels
+            .iter()
+            .rev()
+            .find(|l| (l.load - cap).abs() < 1e-9 && l.verdict == Verdict::Pass)
+    }
+
+    /// Headroom of every measured objective at the operating point, tightest first.
+    pub fn headroom(&self) -> Vec<Headroom> {
+        let Some(level) = self.operating_level() else {
+            return Vec::new();
+        };
+        let mut out: Vec<Headroom> = level
+            .objectives
+            .iter()
+            .filter_map(|o| {
+                let observed = o.observed?;
+                let ratio = if observed > 0.0 {
+                    o.threshold / observed
+                } else {
+                    f64::INFINITY
+                };
+                Some(Headroom {
+                    load: level.load,
+                    objective: o.id.clone(),
+                    description: o.description.clone(),
+                    observed,
+                    threshold: o.threshold,
+                    ratio,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level(load: f64, verdict: Verdict, observed: &[(&str, f64, f64)]) -> LevelResult {
+        LevelResult {
+            load,
+            mode: LoadMode::Concurrency,
+            started_unix_s: 0.0,
+            window_s: 10.0,
+            window_note: "full".into(),
+            outcomes: BTreeMap::new(),
+            latency: BTreeMap::new(),
+            request_rate_per_s: 0.0,
+            output_tokens_per_s: 0.0,
+            goodput_per_s: 0.0,
+            tokens: TokenCounts::default(),
+            objectives: observed
+                .iter()
+                .map(|(id, obs, thr)| ObjectiveResult {
+                    id: (*id).into(),
+                    description: (*id).into(),
+                    threshold: *thr,
+                    observed: Some(*obs),
+                    verdict: Verdict::Pass,
+                    samples: 100,
+                    reason: String::new(),
+                })
+                .collect(),
+            verdict,
+            client: ClientHealth::default(),
+            server: None,
+            histograms: String::new(),
+            warnings: vec![],
+        }
+    }
+
+    #[test]
+    fn headroom_at_capacity_tightest_first() {
+        let p = PhaseResult {
+            name: "c".into(),
+            classes: vec![],
+            mode: LoadMode::Concurrency,
+            levels: vec![
+                level(8.0, Verdict::Pass, &[("ttft_p95", 0.030, 0.3)]),
+                level(12.0, Verdict::Pass, &[("ttft_p95", 0.051, 0.3), ("itl_p95", 0.025, 0.05)]),
+                level(16.0, Verdict::Fail, &[("ttft_p95", 0.4, 0.3)]),
+            ],
+            capacity: Some(12.0),
+            first_fail: Some(16.0),
+            first_breach: Some("ttft_p95".into()),
+            search_note: String::new(),
+        };
+        let h = p.headroom();
+        assert_eq!(h.len(), 2);
+        // itl: 0.05 / 0.025 = 2.0; ttft: 0.3 / 0.051 = 5.88
+        assert_eq!(h[0].objective, "itl_p95");
+        assert!((h[0].ratio - 2.0).abs() < 1e-12);
+        assert!((h[1].ratio - 5.882_352_941).abs() < 1e-6);
+        assert_eq!(h[1].load, 12.0);
+    }
+}

@@ -1,1 +1,132 @@
-//! placeholder
+//! Renderers for a sweep's results: terminal summary, Markdown, CSV, JSON and a self-contained
+//! HTML page with SVG charts. Renderers only render: every statistic they show was computed
+//! elsewhere (crate `load` measures, `core::run` derives headroom). One file per format, as in
+//! hyperfine's `export/`.
+
+pub mod chart;
+pub mod csv;
+pub mod html;
+pub mod markdown;
+pub mod terminal;
+
+use headroom_core::run::RunResult;
+use std::path::Path;
+
+/// Writes `results.json`, `levels.csv`, `report.md` and `report.html` into `dir`.
+///
+/// Each file is written to a temporary name and renamed, so a crash or a full disk never leaves a
+/// half-written report over a good one.
+///
+/// # Errors
+/// The I/O error, with the file name.
+pub fn write_run_files(dir: &Path, run: &RunResult) -> std::io::Result<()> {
+    let json = serde_json::to_vec_pretty(run).map_err(std::io::Error::other)?;
+    write_atomic(&dir.join("results.json"), &json)?;
+    write_atomic(&dir.join("levels.csv"), csv::render(run).as_bytes())?;
+    write_atomic(&dir.join("report.md"), markdown::render(run).as_bytes())?;
+    write_atomic(&dir.join("report.html"), html::render(run).as_bytes())?;
+    Ok(())
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+///
+/// # Errors
+/// The I/O error, prefixed with the path.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!(
+        "{}.tmp",
+        path.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ));
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// Formats a load level for people: `12 concurrent`, `2.5 req/s`.
+pub fn fmt_load(load: f64, mode: headroom_core::run::LoadMode) -> String {
+    format!("{} {}", headroom_core::slo::fmt_num(load), mode.unit())
+}
+
+/// Formats an objective's value: seconds as a duration, error ratios as percent.
+pub fn fmt_objective_value(id: &str, v: f64) -> String {
+    if id == "error_rate" {
+        format!("{}%", headroom_core::slo::fmt_num(v * 100.0))
+    } else {
+        headroom_core::slo::fmt_duration_s(v)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testdata {
+    use headroom_core::run::*;
+    use headroom_core::verdict::*;
+    use std::collections::BTreeMap;
+
+    pub fn level(load: f64, ttft_p95: f64, verdict: Verdict) -> LevelResult {
+        let mut latency = BTreeMap::new();
+        latency.insert(
+            "ttft".to_string(),
+            LatencySummary {
+                count: 40,
+                mean_s: ttft_p95 / 2.0,
+                p50_s: ttft_p95 / 2.0,
+                p90_s: ttft_p95 * 0.9,
+                p95_s: ttft_p95,
+                p99_s: ttft_p95 * 1.2,
+                max_s: ttft_p95 * 1.5,
+            },
+        );
+        let mut outcomes = BTreeMap::new();
+        outcomes.insert("length".to_string(), 40);
+        outcomes.insert("http_503".to_string(), 1);
+        LevelResult {
+            load,
+            mode: LoadMode::Concurrency,
+            started_unix_s: 1.0,
+            window_s: 10.0,
+            window_note: "full".into(),
+            outcomes,
+            latency,
+            request_rate_per_s: 4.0,
+            output_tokens_per_s: 400.0 * load,
+            goodput_per_s: 3.5,
+            tokens: TokenCounts::default(),
+            objectives: vec![ObjectiveResult {
+                id: "ttft_p95".into(),
+                description: "TTFT p95 < 300 ms".into(),
+                threshold: 0.3,
+                observed: Some(ttft_p95),
+                verdict,
+                samples: 40,
+                reason: String::new(),
+            }],
+            verdict,
+            client: ClientHealth::default(),
+            server: None,
+            histograms: "histograms/x.json".into(),
+            warnings: vec![],
+        }
+    }
+
+    pub fn run() -> RunResult {
+        RunResult {
+            schema_version: RESULTS_SCHEMA_VERSION,
+            status: RunStatus::Complete,
+            phases: vec![PhaseResult {
+                name: "chat <&>".into(),
+                classes: vec![("chat <&>".into(), 1.0)],
+                mode: LoadMode::Concurrency,
+                levels: vec![
+                    level(4.0, 0.05, Verdict::Pass),
+                    level(8.0, 0.1, Verdict::Pass),
+                    level(16.0, 0.5, Verdict::Fail),
+                ],
+                capacity: Some(8.0),
+                first_fail: Some(16.0),
+                first_breach: Some("ttft_p95".into()),
+                search_note: "bracketed".into(),
+            }],
+            warnings: vec!["client CPU high".into()],
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! `report.md`: the run summary, one section per phase with its levels, findings and warnings.
+
+use crate::{fmt_load, fmt_objective_value};
+use headroom_core::run::{LevelResult, PhaseResult, RunResult, RunStatus};
+use headroom_core::slo::fmt_num;
+
+/// Renders the whole run as Markdown.
+pub fn render(run: &RunResult) -> String {
+    let mut o = String::from("# Headroom sweep report\n\n");
+    match &run.status {
+        RunStatus::Complete => {}
+        RunStatus::Running => {
+            o.push_str("> **Partial results**: the run is still in progress or was killed.\n\n")
+        }
+        RunStatus::Stopped { reason } => o.push_str(&format!(
+            "> **Stopped early**: {}. Levels below are complete and valid.\n\n",
+            esc(reason)
+        )),
+    }
+    o.push_str("## Summary\n\n```\n");
+    o.push_str(&crate::terminal::render(run));
+    o.push_str("```\n\n");
+    for p in &run.phases {
+        phase(&mut o, p);
+    }
+    if !run.warnings.is_empty() {
+        o.push_str("## Warnings\n\n");
+        for w in &run.warnings {
+            o.push_str(&format!("- {}\n", esc(w)));
+        }
+        o.push('\n');
+    }
+    o
+}
+
+fn phase(o: &mut String, p: &PhaseResult) {
+    o.push_str(&format!("## Phase `{}`\n\n", esc(&p.name)));
+    let classes: Vec<String> = p
+        .classes
+        .iter()
+        .map(|(c, w)| format!("{} (weight {})", esc(c), fmt_num(*w)))
+        .collect();
+    o.push_str(&format!(
+        "Classes: {}. Search: {}.\n\n",
+        classes.join(", "),
+        esc(&p.search_note)
+    ));
+    o.push_str("| load | verdict | window | requests | req/s | out tok/s | TTFT p95 | ITL p95 | TPOT p95 | E2E p95 | objectives failed |\n");
+    o.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for l in &p.levels {
+        let q = |s: &str| {
+            l.latency
+                .get(s)
+                .filter(|x| x.count > 0)
+                .map(|x| headroom_core::slo::fmt_duration_s(x.p95_s))
+                .unwrap_or_else(|| "–".into())
+        };
+        let failed: Vec<&str> = l
+            .objectives
+            .iter()
+            .filter(|x| x.verdict != headroom_core::Verdict::Pass)
+            .map(|x| x.id.as_str())
+            .collect();
+        o.push_str(&format!(
+            "| {} | {} | {:.1} s | {} | {:.2} | {:.0} | {} | {} | {} | {} | {} |\n",
+            fmt_load(l.load, l.mode),
+            l.verdict.as_str(),
+            l.window_s,
+            l.outcomes.values().sum::<u64>(),
+            l.request_rate_per_s,
+            l.output_tokens_per_s,
+            q("ttft"),
+            q("itl"),
+            q("tpot"),
+            q("e2e"),
+            failed.join(", ")
+        ));
+    }
+    o.push('\n');
+    for l in &p.levels {
+        level_detail(o, l);
+    }
+}
+
+fn level_detail(o: &mut String, l: &LevelResult) {
+    o.push_str(&format!(
+        "### {} — {}\n\n",
+        fmt_load(l.load, l.mode),
+        l.verdict.as_str()
+    ));
+    o.push_str("| objective | observed | verdict | samples | note |\n|---|---:|---|---:|---|\n");
+    for ob in &l.objectives {
+        o.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            esc(&ob.description),
+            ob.observed
+                .map(|v| fmt_objective_value(&ob.id, v))
+                .unwrap_or_else(|| "–".into()),
+            ob.verdict.as_str(),
+            ob.samples,
+            esc(&ob.reason)
+        ));
+    }
+    let outcomes: Vec<String> = l.outcomes.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    o.push_str(&format!(
+        "\nOutcomes: {}. Window: {}.\n",
+        outcomes.join(", "),
+        esc(&l.window_note)
+    ));
+    o.push_str(&format!(
+        "Tokens: prompt {} requested / {} realised; output cap {} / {} realised.\n",
+        l.tokens.prompt_requested,
+        l.tokens.prompt_realised,
+        l.tokens.output_cap_requested,
+        l.tokens.output_realised
+    ));
+    o.push_str(&format!(
+        "Client: {:.2} CPU s over {:.1} s, {:.2} µs per chunk, send lag p99 {}.\n",
+        l.client.cpu_s,
+        l.client.wall_s,
+        l.client.cpu_per_chunk_us,
+        headroom_core::slo::fmt_duration_s(l.client.send_lag_p99_s.max(1e-9))
+    ));
+    if let Some(s) = &l.server {
+        o.push_str(&format!("\nServer (`{}`):\n\n", esc(&s.engine)));
+        for (k, v) in &s.figures {
+            o.push_str(&format!("- {k}: {}\n", fmt_num(*v)));
+        }
+        for r in &s.reconciliation {
+            o.push_str(&format!(
+                "- reconcile {}: client {} / server {} — {}{}\n",
+                r.what,
+                fmt_num(r.client),
+                fmt_num(r.server),
+                if r.agrees { "agrees" } else { "**disagrees**" },
+                if r.note.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", esc(&r.note))
+                }
+            ));
+        }
+        for f in &s.findings {
+            o.push_str(&format!(
+                "- **finding `{}`** ({:?}): {} — first action: {}\n",
+                f.id,
+                f.confidence,
+                esc(&f.title),
+                esc(&f.action)
+            ));
+        }
+        for n in &s.notes {
+            o.push_str(&format!("- note: {}\n", esc(n)));
+        }
+    }
+    for w in &l.warnings {
+        o.push_str(&format!("- warning: {}\n", esc(w)));
+    }
+    o.push('\n');
+}
+
+/// Escapes text for a Markdown table cell.
+fn esc(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sections_per_phase_and_level() {
+        let s = super::render(&crate::testdata::run());
+        assert!(s.contains("## Phase `chat <&>`"));
+        assert!(s.contains("| 16 concurrent | FAIL |"), "{s}");
+        assert_eq!(s.matches("### ").count(), 3);
+        assert!(s.contains("## Warnings"));
+    }
+}
