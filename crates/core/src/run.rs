@@ -326,7 +326,11 @@ mod tests {
             mode: LoadMode::Concurrency,
             levels: vec![
                 level(8.0, Verdict::Pass, &[("ttft_p95", 0.030, 0.3)]),
-                level(12.0, Verdict::Pass, &[("ttft_p95", 0.051, 0.3), ("itl_p95", 0.025, 0.05)]),
+                level(
+                    12.0,
+                    Verdict::Pass,
+                    &[("ttft_p95", 0.051, 0.3), ("itl_p95", 0.025, 0.05)],
+                ),
                 level(16.0, Verdict::Fail, &[("ttft_p95", 0.4, 0.3)]),
             ],
             capacity: Some(12.0),
@@ -341,5 +345,76 @@ mod tests {
         assert!((h[0].ratio - 2.0).abs() < 1e-12);
         assert!((h[1].ratio - 5.882_352_941).abs() < 1e-6);
         assert_eq!(h[1].load, 12.0);
+    }
+}
+
+/// `manifest.json`: what was run, so the run can be understood and repeated without the shell
+/// history. Credentials never appear: the target is stored with any userinfo removed and the API
+/// key only as `"set"` or absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// `headroom` version (Cargo package version).
+    pub tool_version: String,
+    /// Command line with secrets removed.
+    pub command: Vec<String>,
+    /// Unix time the run started, seconds.
+    pub started_unix_s: f64,
+    /// Base URL of the target (credentials redacted), or `embedded` for the in-process twin.
+    pub target: String,
+    /// Whether an API key was used (never its value).
+    pub api_key: bool,
+    /// Model name sent in requests.
+    pub model: String,
+    /// Server's `/v1/models` response, verbatim JSON (null when unavailable).
+    pub models: serde_json::Value,
+    /// Server's `/version` response, verbatim JSON (null when unavailable).
+    pub server_version: serde_json::Value,
+    /// Engine configuration as exposed (`vllm:cache_config_info` labels, twin spec …).
+    pub engine_config: serde_json::Value,
+    /// The resolved workload (all defaults filled in).
+    pub workload: serde_json::Value,
+    /// The resolved SLO file.
+    pub slo: serde_json::Value,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Logical CPUs on the load-generating host.
+    pub host_cpus: usize,
+    /// `/metrics` URL scraped, if any.
+    pub metrics_url: Option<String>,
+    /// dcgm-exporter URL scraped, if any.
+    pub dcgm_url: Option<String>,
+}
+
+/// Removes userinfo (`user:pass@`) and query strings from a URL for storage and display.
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
+    };
+    let (hostpath, _query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (auth, path) = match hostpath.find('/') {
+        Some(i) => hostpath.split_at(i),
+        None => (hostpath, ""),
+    };
+    let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
+    match scheme {
+        Some(s) => format!("{s}://{host}{path}"),
+        None => format!("{host}{path}"),
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    #[test]
+    fn strips_credentials_and_query() {
+        assert_eq!(
+            super::redact_url("http://u:secret@127.0.0.1:8000/v1?key=abc"),
+            "http://127.0.0.1:8000/v1"
+        );
+        assert_eq!(
+            super::redact_url("http://127.0.0.1:8000"),
+            "http://127.0.0.1:8000"
+        );
+        assert_eq!(super::redact_url("127.0.0.1:8000/x"), "127.0.0.1:8000/x");
     }
 }
