@@ -1,0 +1,175 @@
+//! `headroom sim`: serve the engine twin on loopback (vLLM's defaults: 127.0.0.1:8000).
+
+use anyhow::{Context, Result};
+use clap::Args;
+use headroom_sim::SimSpec;
+use headroom_sim::server::{Faults, ServerConfig, serve};
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Arguments of `headroom sim`. Flags mirror vLLM's where vLLM has one.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// GPU preset (a10g, l4, l40s, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, mi300x).
+    #[arg(long, default_value = "a10g")]
+    pub gpu: String,
+    /// Model preset (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b, llama-3.1-8b, llama-3.1-70b, mistral-7b).
+    #[arg(long, default_value = "qwen2.5-3b")]
+    pub model: String,
+    /// Weight precision: bf16, fp8 or int4.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// Tensor-parallel size: 1, 2, 4 or 8.
+    #[arg(long = "tensor-parallel-size", default_value_t = 1)]
+    pub tensor_parallel: u32,
+    /// Share of GPU memory vLLM may use (sizes the KV pool).
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+    /// Context limit in tokens (default: the model's).
+    #[arg(long)]
+    pub max_model_len: Option<u32>,
+    /// Largest batch of sequences per step (vLLM --max-num-seqs).
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// Token budget per step (vLLM --max-num-batched-tokens).
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// Force the number of KV blocks (vLLM --num-gpu-blocks-override).
+    #[arg(long)]
+    pub num_gpu_blocks_override: Option<u32>,
+    /// Disable prefix caching (vLLM --no-enable-prefix-caching).
+    #[arg(long = "no-enable-prefix-caching")]
+    pub no_prefix_caching: bool,
+    /// Model name served in the API (default: the preset's HF name).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Scale of step times: 1 = real time, 0 = as fast as possible (zero-latency mode).
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// GPU power cap in watts (throttles clocks when reached).
+    #[arg(long)]
+    pub power_cap_w: Option<f64>,
+    /// Simulate thermal throttling.
+    #[arg(long)]
+    pub thermal_throttle: bool,
+    /// Raise an XID error this many seconds after start.
+    #[arg(long)]
+    pub xid_at_s: Option<f64>,
+    /// Whole engine spec as YAML (fields as the flags, snake_case); flags given explicitly win.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Fault injection as YAML (error_500_rate, error_503_rate, slow_start_rate, slow_start_s,
+    /// stall_rate, stall_s, disconnect_rate, seed).
+    #[arg(long)]
+    pub faults: Option<PathBuf>,
+    /// Fraction of requests answered with HTTP 500.
+    #[arg(long)]
+    pub error_500_rate: Option<f64>,
+    /// Fraction of streams cut mid-stream without [DONE].
+    #[arg(long)]
+    pub disconnect_rate: Option<f64>,
+    /// Address to listen on (loopback by default).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// API port (vLLM's default 8000; 0 picks a free one).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// dcgm-exporter-compatible port (default: API port + 1).
+    #[arg(long)]
+    pub dcgm_port: Option<u16>,
+    /// Require this API key (Authorization: Bearer); read from the environment variable named.
+    #[arg(long, env = "HEADROOM_SIM_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+impl SimArgs {
+    /// The engine spec these flags describe (the `--config` file first, flags over it).
+    pub fn spec(&self) -> Result<SimSpec> {
+        let mut spec: SimSpec = match &self.config {
+            Some(p) => headroom_core::yaml::load_yaml(p)?,
+            None => SimSpec::default(),
+        };
+        let d = SimSpec::default();
+        if self.config.is_none() || self.gpu != d.gpu {
+            spec.gpu = self.gpu.clone();
+        }
+        if self.config.is_none() || self.model != d.model {
+            spec.model = self.model.clone();
+        }
+        if self.config.is_none() || self.dtype != d.dtype {
+            spec.dtype = self.dtype.clone();
+        }
+        if self.tensor_parallel != 1 {
+            spec.tensor_parallel = self.tensor_parallel;
+        }
+        if (self.gpu_memory_utilization - 0.9).abs() > 1e-12 {
+            spec.gpu_memory_utilization = self.gpu_memory_utilization;
+        }
+        spec.max_model_len = self.max_model_len.or(spec.max_model_len);
+        spec.max_num_seqs = self.max_num_seqs.or(spec.max_num_seqs);
+        spec.max_num_batched_tokens = self.max_num_batched_tokens.or(spec.max_num_batched_tokens);
+        spec.num_gpu_blocks_override = self
+            .num_gpu_blocks_override
+            .or(spec.num_gpu_blocks_override);
+        if self.no_prefix_caching {
+            spec.enable_prefix_caching = false;
+        }
+        spec.served_model_name = self.served_model_name.clone().or(spec.served_model_name);
+        if self.seed != 0 {
+            spec.seed = self.seed;
+        }
+        if (self.time_scale - 1.0).abs() > 1e-12 {
+            spec.time_scale = self.time_scale;
+        }
+        spec.power_cap_w = self.power_cap_w.or(spec.power_cap_w);
+        spec.thermal_throttle |= self.thermal_throttle;
+        spec.xid_at_s = self.xid_at_s.or(spec.xid_at_s);
+        spec.resolve().map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(spec)
+    }
+
+    /// The fault plan (the `--faults` file first, flags over it).
+    pub fn faults(&self) -> Result<Faults> {
+        let mut f: Faults = match &self.faults {
+            Some(p) => headroom_core::yaml::load_yaml(p)?,
+            None => Faults::default(),
+        };
+        if let Some(r) = self.error_500_rate {
+            f.error_500_rate = r;
+        }
+        if let Some(r) = self.disconnect_rate {
+            f.disconnect_rate = r;
+        }
+        Ok(f)
+    }
+}
+
+/// Runs the twin until Ctrl-C.
+pub async fn run(args: SimArgs) -> Result<()> {
+    let cfg = ServerConfig {
+        host: args.host,
+        port: args.port,
+        dcgm_port: args.dcgm_port,
+        spec: args.spec()?,
+        faults: args.faults()?,
+        api_key: args.api_key.clone(),
+    };
+    let handle = serve(cfg).await.with_context(|| {
+        format!(
+            "cannot start the engine twin on {}:{}",
+            args.host, args.port
+        )
+    })?;
+    eprintln!(
+        "headroom sim: OpenAI API on http://{} (metrics at /metrics), dcgm-exporter on http://{}/metrics. Ctrl-C stops.",
+        handle.api_addr, handle.dcgm_addr
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    handle.shutdown().await;
+    Ok(())
+}
