@@ -143,8 +143,26 @@ const SUFFIXES: [&str; 8] = [
 ///
 /// Producers do not agree on label order (`prometheus_client` sorts, dcgm-exporter uses its
 /// template order), so labels are always compared in this sorted form.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(from = "Vec<(String, String)>")]
 pub struct Labels(Vec<(String, String)>);
+
+impl From<Vec<(String, String)>> for Labels {
+    fn from(pairs: Vec<(String, String)>) -> Self {
+        Labels::from_pairs(pairs)
+    }
+}
 
 impl Labels {
     /// An empty label set.
