@@ -1,0 +1,765 @@
+//! Configuration of the engine twin: GPU and model presets, the user-facing [`SimSpec`], and the
+//! resolved [`EngineConfig`] (KV pool size, batch limits, step-time constants).
+//!
+//! Presets are YAML data files under `crates/sim/presets/`, embedded at build time; custom ones are
+//! read from a YAML file with the same schema. KV pool sizing follows vLLM's
+//! `gpu_worker.determine_available_memory` + `kv_cache_utils.get_num_blocks` (simulator.md §2.3, §3.4).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+const BUILTIN_GPUS: &str = include_str!("../../presets/gpus.yaml");
+const BUILTIN_MODELS: &str = include_str!("../../presets/models.yaml");
+
+/// vLLM's KV block size in tokens (default `--block-size 16`).
+pub const BLOCK_SIZE: u32 = 16;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// An invalid configuration: which field (or file) is wrong and what was expected.
+///
+/// Display form: ``invalid `gpu`: unknown gpu 'a10'; expected one of a10g, l4, …``.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The field (or `file: field`) that is wrong, e.g. `gpu`, `tensor_parallel`.
+    pub field: String,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid `{}`: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// How the GPUs of a tensor-parallel group talk to each other (affects the all-reduce term).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Interconnect {
+    /// PCIe (A10G, L4, L40S, H100 PCIe).
+    Pcie,
+    /// NVLink / NVSwitch (A100, H100 SXM, H200).
+    Nvlink,
+    /// AMD Infinity Fabric (MI300X).
+    Xgmi,
+}
+
+/// One GPU preset (a row of simulator.md §4.1 plus the calibrated constants of §3.2–§3.6).
+///
+/// Units are in the field names: MiB, GB/s (1e9 B/s), TFLOP/s (1e12, dense), W, °C, MHz, ms, µs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuPreset {
+    /// dcgm-exporter `modelName` label, e.g. `NVIDIA A10G`.
+    pub display_name: String,
+    /// Other accepted spellings of the preset name.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Total framebuffer as nvidia-smi reports it (MiB).
+    pub memory_mib: f64,
+    /// Peak DRAM bandwidth, GB/s.
+    pub mem_bw_gbps: f64,
+    /// Dense BF16 tensor peak, TFLOP/s.
+    pub bf16_tflops: f64,
+    /// Dense FP8 tensor peak, TFLOP/s; `None` where the GPU has no FP8 tensor cores (Ampere).
+    pub fp8_tflops: Option<f64>,
+    /// Board power limit at default settings (W).
+    pub tdp_w: f64,
+    /// Power in P0 with a model loaded and no kernels running (W).
+    pub idle_w: f64,
+    /// Memory-bandwidth utilisation reached by decode GEMVs (0–1).
+    pub mbu: f64,
+    /// Model-FLOPs utilisation reached by prefill GEMMs (0–1).
+    pub mfu: f64,
+    /// SM boost clock (MHz).
+    pub boost_clock_mhz: f64,
+    /// SM clock when idle (MHz).
+    pub idle_clock_mhz: f64,
+    /// Memory clock (MHz).
+    pub mem_clock_mhz: f64,
+    /// GPU-to-GPU link used by tensor parallelism.
+    pub interconnect: Interconnect,
+    /// Link bandwidth per direction (GB/s).
+    pub link_gbps: f64,
+    /// Fixed latency of one all-reduce (µs).
+    pub allreduce_latency_us: f64,
+    /// Fixed cost per engine step (ms).
+    pub t_step_ms: f64,
+    /// Fixed cost per layer per step (µs).
+    pub t_layer_us: f64,
+    /// Host cost per scheduled sequence per step (µs).
+    pub t_seq_us: f64,
+    /// Frontend time before the engine core sees a request: HTTP, template, tokenisation, IPC (ms).
+    pub frontend_in_ms: f64,
+    /// Framebuffer used outside vLLM's budget: CUDA context, cuBLAS, NCCL (MiB).
+    pub cuda_context_mib: f64,
+    /// Framebuffer the driver reserves (dcgm `FB_RESERVED`, MiB).
+    pub fb_reserved_mib: f64,
+    /// Ambient (inlet) temperature (°C).
+    pub ambient_c: f64,
+    /// Steady-state temperature rise per watt (°C/W).
+    pub thermal_resistance_c_per_w: f64,
+    /// Thermal time constant (s).
+    pub thermal_tau_s: f64,
+    /// Temperature above which the driver slows the SM clock (°C).
+    pub slowdown_c: f64,
+    /// Whether the GPU reports a memory temperature (HBM parts do; GDDR parts report 0).
+    pub has_memory_temp: bool,
+}
+
+/// One model preset (a row of simulator.md §4.2, from the model's Hugging Face `config.json`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPreset {
+    /// Hugging Face repository id; vLLM's default served model name.
+    pub hf_name: String,
+    /// Other accepted spellings of the preset name.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// `num_hidden_layers`.
+    pub num_layers: u32,
+    /// `hidden_size` (d).
+    pub hidden_size: u32,
+    /// `num_attention_heads` (H).
+    pub num_heads: u32,
+    /// `num_key_value_heads` (H_kv).
+    pub num_kv_heads: u32,
+    /// Per-head dimension (d_h).
+    pub head_dim: u32,
+    /// `intermediate_size` (FFN width).
+    pub intermediate_size: u32,
+    /// `vocab_size` (V).
+    pub vocab_size: u32,
+    /// `tie_word_embeddings`.
+    pub tie_word_embeddings: bool,
+    /// All parameters, embeddings (and an untied LM head) included.
+    pub params_total: f64,
+    /// Parameters excluding the input embedding and the LM head (N_ne).
+    pub params_non_embedding: f64,
+    /// `max_position_embeddings`: vLLM's default `max_model_len`.
+    pub max_position_embeddings: u32,
+}
+
+/// Weight precision of the served checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightDtype {
+    /// 2 bytes per weight.
+    Bf16,
+    /// 1 byte per weight; W8A8 on GPUs with FP8 tensor cores, W8A16 (Marlin) otherwise.
+    Fp8,
+    /// 0.5 byte per weight (AWQ/GPTQ), with a 1.2× dequantisation penalty on compute.
+    Int4,
+}
+
+impl WeightDtype {
+    /// Bytes per quantised (non-embedding) weight.
+    pub fn bytes_per_weight(self) -> f64 {
+        match self {
+            WeightDtype::Bf16 => 2.0,
+            WeightDtype::Fp8 => 1.0,
+            WeightDtype::Int4 => 0.5,
+        }
+    }
+
+    /// The name vLLM would show (`bfloat16`, `fp8`, `int4`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WeightDtype::Bf16 => "bf16",
+            WeightDtype::Fp8 => "fp8",
+            WeightDtype::Int4 => "int4",
+        }
+    }
+}
+
+/// What the user asks for: GPU, model, precision and vLLM engine arguments, plus faults.
+///
+/// Field names accept snake_case or kebab-case in YAML (`max_model_len` or `max-model-len`); unknown
+/// fields are rejected. [`SimSpec::resolve`] turns it into an [`EngineConfig`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimSpec {
+    /// GPU preset name (`a10g`, `l4`, `l40s`, `a100-40gb`, `a100-80gb`, `h100-sxm`, `h100-pcie`,
+    /// `h200`, `mi300x`) or a name from `custom_gpu_file`.
+    pub gpu: String,
+    /// Model preset name (`qwen2.5-0.5b`, `qwen2.5-1.5b`, `qwen2.5-3b`, `qwen2.5-7b`, `llama-3.1-8b`,
+    /// `llama-3.1-70b`, `mistral-7b`) or a name from `custom_model_file`.
+    pub model: String,
+    /// Weight precision: `bf16`, `fp8` or `int4`.
+    pub dtype: String,
+    /// Tensor-parallel degree: 1, 2, 4 or 8.
+    #[serde(
+        alias = "tensor-parallel",
+        alias = "tensor_parallel_size",
+        alias = "tensor-parallel-size"
+    )]
+    pub tensor_parallel: u32,
+    /// vLLM `--gpu-memory-utilization` (0 < x ≤ 1, default 0.9).
+    #[serde(alias = "gpu-memory-utilization")]
+    pub gpu_memory_utilization: f64,
+    /// vLLM `--max-model-len`; default: the model's `max_position_embeddings`.
+    #[serde(alias = "max-model-len")]
+    pub max_model_len: Option<u32>,
+    /// vLLM `--max-num-seqs`; default 256 (1024 on ≥ 70 GiB non-A100 GPUs).
+    #[serde(alias = "max-num-seqs")]
+    pub max_num_seqs: Option<u32>,
+    /// vLLM `--max-num-batched-tokens`; default 2048 (8192 on ≥ 70 GiB non-A100 GPUs).
+    #[serde(alias = "max-num-batched-tokens")]
+    pub max_num_batched_tokens: Option<u32>,
+    /// vLLM `--num-gpu-blocks-override`: the KV pool size in blocks, including vLLM's null block.
+    #[serde(alias = "num-gpu-blocks-override")]
+    pub num_gpu_blocks_override: Option<u32>,
+    /// vLLM `--enable-prefix-caching` (on by default in V1).
+    #[serde(alias = "enable-prefix-caching")]
+    pub enable_prefix_caching: bool,
+    /// vLLM `--served-model-name`; default: the model's Hugging Face id.
+    #[serde(alias = "served-model-name")]
+    pub served_model_name: Option<String>,
+    /// Seed of every random draw (step-time jitter, filler text).
+    pub seed: u64,
+    /// Multiplier on modelled times: 1.0 = real step times, 0.0 = zero-latency mode.
+    #[serde(alias = "time-scale")]
+    pub time_scale: f64,
+    /// Fault: board power limit in W (below TDP); throttles clocks when demand exceeds it.
+    #[serde(alias = "power-cap-w")]
+    pub power_cap_w: Option<f64>,
+    /// Fault: a cooling fault (ambient +15 °C, thermal resistance ×1.6) so that sustained load
+    /// drives the GPU past its slowdown temperature.
+    #[serde(alias = "thermal-throttle")]
+    pub thermal_throttle: bool,
+    /// Fault: at this engine time (s) the GPU reports XID 13 (graphics engine exception) in dcgm.
+    #[serde(alias = "xid-at-s")]
+    pub xid_at_s: Option<f64>,
+    /// YAML file with extra GPU presets (same schema as `presets/gpus.yaml`).
+    #[serde(alias = "custom-gpu-file")]
+    pub custom_gpu_file: Option<PathBuf>,
+    /// YAML file with extra model presets (same schema as `presets/models.yaml`).
+    #[serde(alias = "custom-model-file")]
+    pub custom_model_file: Option<PathBuf>,
+}
+
+impl Default for SimSpec {
+    fn default() -> Self {
+        SimSpec {
+            gpu: "a10g".into(),
+            model: "qwen2.5-3b".into(),
+            dtype: "bf16".into(),
+            tensor_parallel: 1,
+            gpu_memory_utilization: 0.9,
+            max_model_len: None,
+            max_num_seqs: None,
+            max_num_batched_tokens: None,
+            num_gpu_blocks_override: None,
+            enable_prefix_caching: true,
+            served_model_name: None,
+            seed: 0,
+            time_scale: 1.0,
+            power_cap_w: None,
+            thermal_throttle: false,
+            xid_at_s: None,
+            custom_gpu_file: None,
+            custom_model_file: None,
+        }
+    }
+}
+
+/// Faults the engine itself models (HTTP-level faults belong to the server).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FaultConfig {
+    /// Board power limit (W); `None` = TDP.
+    pub power_cap_w: Option<f64>,
+    /// Cooling fault active.
+    pub thermal_throttle: bool,
+    /// Engine time (s) at which XID 13 is reported.
+    pub xid_at_s: Option<f64>,
+}
+
+/// Resolved, validated configuration of one engine (one vLLM server on `tensor_parallel` GPUs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// GPU preset name as resolved (canonical, e.g. `a10g`).
+    pub gpu_name: String,
+    /// The GPU preset.
+    pub gpu: GpuPreset,
+    /// Model preset name as resolved (canonical, e.g. `qwen2.5-3b`).
+    pub model_name: String,
+    /// The model preset.
+    pub model: ModelPreset,
+    /// Weight precision.
+    pub dtype: WeightDtype,
+    /// Tensor-parallel degree.
+    pub tensor_parallel: u32,
+    /// `--gpu-memory-utilization`.
+    pub gpu_memory_utilization: f64,
+    /// Name in `/v1/models` and the `model_name` metric label.
+    pub served_model_name: String,
+    /// Longest prompt + output in tokens.
+    pub max_model_len: u32,
+    /// Most requests in the running batch.
+    pub max_num_seqs: u32,
+    /// Token budget of one step (chunked prefill).
+    pub max_num_batched_tokens: u32,
+    /// KV block size in tokens (16).
+    pub block_size: u32,
+    /// KV blocks in the pool, including vLLM's null block (usable = `num_gpu_blocks − 1`).
+    pub num_gpu_blocks: u32,
+    /// Whether `num_gpu_blocks` came from `num_gpu_blocks_override`.
+    pub num_gpu_blocks_overridden: bool,
+    /// KV bytes per token per GPU.
+    pub kv_bytes_per_token: f64,
+    /// Weight bytes per GPU.
+    pub weight_bytes_per_gpu: f64,
+    /// vLLM `--enable-prefix-caching`.
+    pub enable_prefix_caching: bool,
+    /// Async scheduling (vLLM's default): the scheduler works one step ahead of the GPU.
+    pub async_scheduling: bool,
+    /// Seed of every random draw.
+    pub seed: u64,
+    /// Multiplier on modelled times (1.0 real, 0.0 zero-latency).
+    pub time_scale: f64,
+    /// Log-normal σ of per-step time jitter (0 disables it).
+    pub step_jitter_sigma: f64,
+    /// Engine-modelled faults.
+    pub faults: FaultConfig,
+}
+
+impl EngineConfig {
+    /// Usable KV tokens (`(num_gpu_blocks − 1) × block_size`), what vLLM logs as "GPU KV cache size".
+    pub fn kv_cache_tokens(&self) -> u64 {
+        u64::from(self.num_gpu_blocks.saturating_sub(1)) * u64::from(self.block_size)
+    }
+
+    /// vLLM's "Maximum concurrency for `max_model_len` tokens per request".
+    pub fn max_concurrency(&self) -> f64 {
+        self.kv_cache_tokens() as f64 / f64::from(self.max_model_len)
+    }
+
+    /// The two start-up log lines vLLM prints about the KV pool.
+    pub fn kv_log_lines(&self) -> [String; 2] {
+        [
+            format!("GPU KV cache size: {} tokens", self.kv_cache_tokens()),
+            format!(
+                "Maximum concurrency for {} tokens per request: {:.2}x",
+                self.max_model_len,
+                self.max_concurrency()
+            ),
+        ]
+    }
+}
+
+fn parse_presets<T: for<'de> Deserialize<'de>>(
+    text: &str,
+    origin: &str,
+    field: &str,
+) -> Result<BTreeMap<String, T>, ConfigError> {
+    serde_saphyr::from_str::<BTreeMap<String, T>>(text).map_err(|e| {
+        ConfigError::new(
+            field,
+            format!("cannot parse {origin}: {e}; expected a YAML mapping of preset name to fields"),
+        )
+    })
+}
+
+fn read_custom(path: &Path, field: &str) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(field, format!("cannot read '{}': {e}", path.display())))
+}
+
+/// The built-in GPU presets, by canonical name.
+pub fn builtin_gpus() -> BTreeMap<String, GpuPreset> {
+    // The embedded file is covered by tests; a parse failure here is a build defect.
+    parse_presets(BUILTIN_GPUS, "presets/gpus.yaml", "gpu").unwrap_or_default()
+}
+
+/// The built-in model presets, by canonical name.
+pub fn builtin_models() -> BTreeMap<String, ModelPreset> {
+    parse_presets(BUILTIN_MODELS, "presets/models.yaml", "model").unwrap_or_default()
+}
+
+fn lookup<T: Clone>(
+    table: &BTreeMap<String, T>,
+    aliases: impl Fn(&T) -> &[String],
+    wanted: &str,
+    field: &str,
+) -> Result<(String, T), ConfigError> {
+    let w = wanted.trim().to_ascii_lowercase();
+    for (name, v) in table {
+        if *name == w || aliases(v).iter().any(|a| a.eq_ignore_ascii_case(&w)) {
+            return Ok((name.clone(), v.clone()));
+        }
+    }
+    let names: Vec<&str> = table.keys().map(String::as_str).collect();
+    Err(ConfigError::new(
+        field,
+        format!(
+            "unknown {field} '{wanted}'; expected one of {}",
+            names.join(", ")
+        ),
+    ))
+}
+
+fn check_gpu(name: &str, g: &GpuPreset) -> Result<(), ConfigError> {
+    let positive = [
+        ("memory_mib", g.memory_mib),
+        ("mem_bw_gbps", g.mem_bw_gbps),
+        ("bf16_tflops", g.bf16_tflops),
+        ("tdp_w", g.tdp_w),
+        ("mbu", g.mbu),
+        ("mfu", g.mfu),
+        ("boost_clock_mhz", g.boost_clock_mhz),
+        ("link_gbps", g.link_gbps),
+        ("thermal_tau_s", g.thermal_tau_s),
+    ];
+    for (f, v) in positive {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(ConfigError::new(
+                format!("gpu {name}: {f}"),
+                format!("expected a positive number, got {v}"),
+            ));
+        }
+    }
+    for (f, v) in [("mbu", g.mbu), ("mfu", g.mfu)] {
+        if v > 1.0 {
+            return Err(ConfigError::new(
+                format!("gpu {name}: {f}"),
+                format!("expected a ratio in (0, 1], got {v}"),
+            ));
+        }
+    }
+    if !(g.idle_w >= 0.0 && g.idle_w < g.tdp_w) {
+        return Err(ConfigError::new(
+            format!("gpu {name}: idle_w"),
+            format!(
+                "expected 0 ≤ idle_w < tdp_w ({}), got {}",
+                g.tdp_w, g.idle_w
+            ),
+        ));
+    }
+    let nonneg = [
+        ("t_step_ms", g.t_step_ms),
+        ("t_layer_us", g.t_layer_us),
+        ("t_seq_us", g.t_seq_us),
+        ("frontend_in_ms", g.frontend_in_ms),
+        ("allreduce_latency_us", g.allreduce_latency_us),
+        ("cuda_context_mib", g.cuda_context_mib),
+        ("fb_reserved_mib", g.fb_reserved_mib),
+        ("thermal_resistance_c_per_w", g.thermal_resistance_c_per_w),
+        ("idle_clock_mhz", g.idle_clock_mhz),
+        ("mem_clock_mhz", g.mem_clock_mhz),
+    ];
+    for (f, v) in nonneg {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(ConfigError::new(
+                format!("gpu {name}: {f}"),
+                format!("expected a non-negative number, got {v}"),
+            ));
+        }
+    }
+    if let Some(f8) = g.fp8_tflops
+        && !(f8.is_finite() && f8 > 0.0)
+    {
+        return Err(ConfigError::new(
+            format!("gpu {name}: fp8_tflops"),
+            format!("expected a positive number or null, got {f8}"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_model(name: &str, m: &ModelPreset) -> Result<(), ConfigError> {
+    let ints = [
+        ("num_layers", m.num_layers),
+        ("hidden_size", m.hidden_size),
+        ("num_heads", m.num_heads),
+        ("num_kv_heads", m.num_kv_heads),
+        ("head_dim", m.head_dim),
+        ("intermediate_size", m.intermediate_size),
+        ("vocab_size", m.vocab_size),
+        ("max_position_embeddings", m.max_position_embeddings),
+    ];
+    for (f, v) in ints {
+        if v == 0 {
+            return Err(ConfigError::new(
+                format!("model {name}: {f}"),
+                "expected a positive integer, got 0",
+            ));
+        }
+    }
+    if !m.num_heads.is_multiple_of(m.num_kv_heads) {
+        return Err(ConfigError::new(
+            format!("model {name}: num_kv_heads"),
+            format!(
+                "expected a divisor of num_heads ({}), got {}",
+                m.num_heads, m.num_kv_heads
+            ),
+        ));
+    }
+    if !(m.params_non_embedding.is_finite()
+        && m.params_non_embedding > 0.0
+        && m.params_total >= m.params_non_embedding)
+    {
+        return Err(ConfigError::new(
+            format!("model {name}: params_total"),
+            "expected 0 < params_non_embedding ≤ params_total",
+        ));
+    }
+    Ok(())
+}
+
+impl SimSpec {
+    /// Resolves presets, applies vLLM's defaults and sizes the KV pool.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the field: unknown GPU/model/dtype (listing the accepted names), a
+    /// tensor-parallel degree other than 1/2/4/8 or not dividing the attention heads, a utilisation
+    /// outside (0, 1], a model that does not fit, a KV pool too small for one `max_model_len`
+    /// request, `max_num_batched_tokens < max_num_seqs`, an unreadable or malformed custom file.
+    pub fn resolve(&self) -> Result<EngineConfig, ConfigError> {
+        let mut gpus = builtin_gpus();
+        if let Some(p) = &self.custom_gpu_file {
+            let text = read_custom(p, "custom_gpu_file")?;
+            let extra: BTreeMap<String, GpuPreset> =
+                parse_presets(&text, &format!("'{}'", p.display()), "custom_gpu_file")?;
+            gpus.extend(extra.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)));
+        }
+        let mut models = builtin_models();
+        if let Some(p) = &self.custom_model_file {
+            let text = read_custom(p, "custom_model_file")?;
+            let extra: BTreeMap<String, ModelPreset> =
+                parse_presets(&text, &format!("'{}'", p.display()), "custom_model_file")?;
+            models.extend(extra.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)));
+        }
+        let (gpu_name, gpu) = lookup(&gpus, |g: &GpuPreset| &g.aliases, &self.gpu, "gpu")?;
+        check_gpu(&gpu_name, &gpu)?;
+        let (model_name, model) =
+            lookup(&models, |m: &ModelPreset| &m.aliases, &self.model, "model")?;
+        check_model(&model_name, &model)?;
+
+        let dtype = match self.dtype.trim().to_ascii_lowercase().as_str() {
+            "bf16" | "bfloat16" | "auto" => WeightDtype::Bf16,
+            "fp8" | "float8" => WeightDtype::Fp8,
+            "int4" | "awq" | "gptq" => WeightDtype::Int4,
+            other => {
+                return Err(ConfigError::new(
+                    "dtype",
+                    format!("unknown dtype '{other}'; expected one of bf16, fp8, int4"),
+                ));
+            }
+        };
+        let tp = self.tensor_parallel;
+        if ![1, 2, 4, 8].contains(&tp) {
+            return Err(ConfigError::new(
+                "tensor_parallel",
+                format!("expected 1, 2, 4 or 8, got {tp}"),
+            ));
+        }
+        if model.num_heads % tp != 0 {
+            return Err(ConfigError::new(
+                "tensor_parallel",
+                format!(
+                    "model {model_name} has {} attention heads, not divisible by tensor_parallel {tp}",
+                    model.num_heads
+                ),
+            ));
+        }
+        let util = self.gpu_memory_utilization;
+        if !(util.is_finite() && util > 0.0 && util <= 1.0) {
+            return Err(ConfigError::new(
+                "gpu_memory_utilization",
+                format!("expected a ratio in (0, 1], got {util}"),
+            ));
+        }
+        if !(self.time_scale.is_finite() && self.time_scale >= 0.0) {
+            return Err(ConfigError::new(
+                "time_scale",
+                format!(
+                    "expected a non-negative number (1.0 real time, 0.0 zero latency), got {}",
+                    self.time_scale
+                ),
+            ));
+        }
+        if let Some(cap) = self.power_cap_w
+            && !(cap.is_finite() && cap > gpu.idle_w)
+        {
+            return Err(ConfigError::new(
+                "power_cap_w",
+                format!(
+                    "expected a power limit above the idle draw of {} ({} W), got {cap}",
+                    gpu.display_name, gpu.idle_w
+                ),
+            ));
+        }
+        if let Some(x) = self.xid_at_s
+            && !(x.is_finite() && x >= 0.0)
+        {
+            return Err(ConfigError::new(
+                "xid_at_s",
+                format!("expected a non-negative engine time in seconds, got {x}"),
+            ));
+        }
+
+        // vLLM `get_batch_defaults`: ≥ 70 GiB and not an A100 → 8192 / 1024, else 2048 / 256.
+        let big = gpu.memory_mib * MIB >= 70.0 * GIB && !gpu_name.contains("a100");
+        let (def_tokens, def_seqs) = if big { (8192, 1024) } else { (2048, 256) };
+        let max_num_seqs = self.max_num_seqs.unwrap_or(def_seqs);
+        let max_num_batched_tokens = self.max_num_batched_tokens.unwrap_or(def_tokens);
+        if max_num_seqs == 0 {
+            return Err(ConfigError::new(
+                "max_num_seqs",
+                "expected at least 1, got 0",
+            ));
+        }
+        if max_num_batched_tokens < max_num_seqs {
+            return Err(ConfigError::new(
+                "max_num_batched_tokens",
+                format!(
+                    "max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or equal to max_num_seqs ({max_num_seqs})"
+                ),
+            ));
+        }
+        let max_model_len = self.max_model_len.unwrap_or(model.max_position_embeddings);
+        if max_model_len < 2 {
+            return Err(ConfigError::new(
+                "max_model_len",
+                format!("expected at least 2 tokens, got {max_model_len}"),
+            ));
+        }
+        if max_model_len > model.max_position_embeddings {
+            return Err(ConfigError::new(
+                "max_model_len",
+                format!(
+                    "{max_model_len} exceeds the model's max_position_embeddings ({}) of {model_name}",
+                    model.max_position_embeddings
+                ),
+            ));
+        }
+
+        // Memory per GPU.
+        let d = f64::from(model.hidden_size);
+        let v = f64::from(model.vocab_size);
+        let emb = v * d;
+        let head_params = if model.tie_word_embeddings {
+            emb
+        } else {
+            2.0 * emb
+        };
+        // Quantised checkpoints keep embeddings and LM head in bf16.
+        let weight_bytes =
+            model.params_non_embedding * dtype.bytes_per_weight() + head_params * 2.0;
+        let weight_bytes_per_gpu = weight_bytes / f64::from(tp);
+        let kv_heads_per_gpu = (model.num_kv_heads / tp).max(1);
+        let kv_bytes_per_token = 2.0
+            * f64::from(model.num_layers)
+            * f64::from(kv_heads_per_gpu)
+            * f64::from(model.head_dim)
+            * 2.0;
+        let block_bytes = kv_bytes_per_token * f64::from(BLOCK_SIZE);
+        let total = gpu.memory_mib * MIB;
+        // simulator.md §3.4: cudagraph pool + non-torch + activation peak + sampler logits.
+        let non_kv = 0.6 * GIB
+            + f64::from(max_num_batched_tokens)
+                * (2.0 * f64::from(model.intermediate_size) / f64::from(tp) + 4.0 * d)
+                * 2.0
+            + f64::from(max_num_seqs) * v * 4.0 * 2.0;
+        let available = total * util - weight_bytes_per_gpu - non_kv;
+
+        let (num_gpu_blocks, overridden) = match self.num_gpu_blocks_override {
+            Some(n) => {
+                if n < 2 {
+                    return Err(ConfigError::new(
+                        "num_gpu_blocks_override",
+                        format!("expected at least 2 blocks (one is vLLM's null block), got {n}"),
+                    ));
+                }
+                (n, true)
+            }
+            None => {
+                if available <= 0.0 {
+                    return Err(ConfigError::new(
+                        "model",
+                        format!(
+                            "{model_name} in {} does not fit on {} × {} at gpu_memory_utilization {util}: weights {:.2} GiB + non-KV {:.2} GiB per GPU > budget {:.2} GiB; try fp8/int4, a larger tensor_parallel, or a larger GPU",
+                            dtype.as_str(),
+                            tp,
+                            gpu.display_name,
+                            weight_bytes_per_gpu / GIB,
+                            non_kv / GIB,
+                            total * util / GIB
+                        ),
+                    ));
+                }
+                let n = (available / block_bytes).floor();
+                (n.min(f64::from(u32::MAX)) as u32, false)
+            }
+        };
+        let usable_tokens = u64::from(num_gpu_blocks - 1) * u64::from(BLOCK_SIZE);
+        if usable_tokens < u64::from(max_model_len) {
+            let field = if overridden {
+                "num_gpu_blocks_override"
+            } else {
+                "max_model_len"
+            };
+            return Err(ConfigError::new(
+                field,
+                format!(
+                    "the model's max seq len ({max_model_len}) is larger than the maximum number of tokens that can be stored in KV cache ({usable_tokens}); lower max_model_len or give the KV cache more memory"
+                ),
+            ));
+        }
+
+        let served_model_name = match &self.served_model_name {
+            Some(s) if s.trim().is_empty() => {
+                return Err(ConfigError::new(
+                    "served_model_name",
+                    "expected a non-empty name",
+                ));
+            }
+            Some(s) => s.clone(),
+            None => model.hf_name.clone(),
+        };
+
+        Ok(EngineConfig {
+            gpu_name,
+            gpu,
+            model_name,
+            model,
+            dtype,
+            tensor_parallel: tp,
+            gpu_memory_utilization: util,
+            served_model_name,
+            max_model_len,
+            max_num_seqs,
+            max_num_batched_tokens,
+            block_size: BLOCK_SIZE,
+            num_gpu_blocks,
+            num_gpu_blocks_overridden: overridden,
+            kv_bytes_per_token,
+            weight_bytes_per_gpu,
+            enable_prefix_caching: self.enable_prefix_caching,
+            async_scheduling: true,
+            seed: self.seed,
+            time_scale: self.time_scale,
+            step_jitter_sigma: 0.03,
+            faults: FaultConfig {
+                power_cap_w: self.power_cap_w,
+                thermal_throttle: self.thermal_throttle,
+                xid_at_s: self.xid_at_s,
+            },
+        })
+    }
+}
