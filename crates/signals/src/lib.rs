@@ -31,6 +31,7 @@ pub mod adapter;
 pub mod exposition;
 pub mod histogram;
 pub mod scrape;
+pub mod source;
 pub mod window;
 
 pub use adapter::{Engine, Selection, Signal};
