@@ -1,0 +1,267 @@
+//! The wall-clock engine driver: one task owns the [`Engine`] and runs its steps in real time.
+//!
+//! HTTP handlers never touch the engine. They send [`Command`]s over an unbounded channel and
+//! read their tokens from a shared [`Slot`]: the driver stores "tokens produced so far" and the
+//! finish reason in atomics and wakes the handler's task. A slow reader therefore never blocks
+//! the engine, the engine never queues per-token messages, and a reader that wakes late picks up
+//! every token produced meanwhile in one batch (one HTTP write for many SSE events).
+//!
+//! Clock: engine time is wall time since the driver started (monotonic, on the tokio clock);
+//! the engine applies `EngineConfig::time_scale` to its own step durations and frontend delay.
+//! Each step starts when the previous one ends (or now, if the driver fell behind) and its
+//! tokens are delivered when the step ends on the wall clock (`sleep_until`). Commands that
+//! arrive during a step are applied at once, with their own arrival time, and join a later
+//! step, as in vLLM. In zero-latency mode (`time_scale == 0`) every duration is 0: steps run back
+//! to back with a `yield_now` between them, so clients get tokens as fast as the CPU allows.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::task::AtomicWaker;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::render::Finish;
+use crate::{Engine, FinishReason, NewRequest, RequestId};
+
+/// Per-request delivery state shared by the driver (writer) and one HTTP handler (reader).
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    produced: AtomicU32,
+    /// 0 = running, else a `Finish` code (see `finish_code`).
+    finish: AtomicU8,
+    waker: AtomicWaker,
+}
+
+/// A snapshot of a slot: tokens produced so far and the finish reason once finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Progress {
+    pub produced: u32,
+    pub finish: Option<Finish>,
+}
+
+fn finish_code(f: Finish) -> u8 {
+    match f {
+        Finish::Stop => 1,
+        Finish::Length => 2,
+        Finish::Abort => 3,
+    }
+}
+
+fn finish_from_code(c: u8) -> Option<Finish> {
+    match c {
+        1 => Some(Finish::Stop),
+        2 => Some(Finish::Length),
+        3 => Some(Finish::Abort),
+        _ => None,
+    }
+}
+
+impl Slot {
+    /// The current progress (finish read first, so a finished snapshot has the final count).
+    pub(crate) fn progress(&self) -> Progress {
+        let finish = finish_from_code(self.finish.load(Ordering::Acquire));
+        let produced = self.produced.load(Ordering::Acquire);
+        Progress { produced, finish }
+    }
+
+    /// Progress if it moved past `seen` tokens or finished; otherwise registers the waker and
+    /// returns `Pending`.
+    pub(crate) fn poll_progress(&self, cx: &mut Context<'_>, seen: u32) -> Poll<Progress> {
+        let p = self.progress();
+        if p.produced > seen || p.finish.is_some() {
+            return Poll::Ready(p);
+        }
+        self.waker.register(cx.waker());
+        let p = self.progress();
+        if p.produced > seen || p.finish.is_some() {
+            Poll::Ready(p)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn publish(&self, produced: u32, finish: Option<Finish>) {
+        self.produced.store(produced, Ordering::Release);
+        if let Some(f) = finish {
+            self.finish.store(finish_code(f), Ordering::Release);
+        }
+        self.waker.wake();
+    }
+}
+
+/// A message to the driver.
+pub(crate) enum Command {
+    /// Admit a request; `key` is the server's handle for it (for `Abort`).
+    Add {
+        key: u64,
+        request: NewRequest,
+        slot: Arc<Slot>,
+    },
+    /// The client went away: abort in the engine (`finished_reason="abort"`).
+    Abort { key: u64 },
+    /// Render `/metrics` (vLLM families) at the current engine time.
+    Metrics(oneshot::Sender<String>),
+    /// Render the dcgm-exporter body at the current engine time.
+    Dcgm(oneshot::Sender<String>),
+    /// Abort everything in flight and stop.
+    Shutdown,
+}
+
+struct Clock {
+    start: Instant,
+}
+
+impl Clock {
+    fn now_s(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    fn wall_deadline(&self, engine_s: f64) -> Instant {
+        self.start + Duration::from_secs_f64(engine_s.clamp(0.0, 1.0e9))
+    }
+}
+
+/// The driver task's state.
+pub(crate) struct Driver {
+    engine: Engine,
+    clock: Clock,
+    rx: mpsc::UnboundedReceiver<Command>,
+    by_id: HashMap<RequestId, Arc<Slot>>,
+    by_key: HashMap<u64, RequestId>,
+    key_of: HashMap<RequestId, u64>,
+    stopping: bool,
+}
+
+impl Driver {
+    pub(crate) fn new(engine: Engine, rx: mpsc::UnboundedReceiver<Command>) -> Driver {
+        Driver {
+            engine,
+            clock: Clock {
+                start: Instant::now(),
+            },
+            rx,
+            by_id: HashMap::new(),
+            by_key: HashMap::new(),
+            key_of: HashMap::new(),
+            stopping: false,
+        }
+    }
+
+    /// Runs until `Shutdown` or until every sender is gone.
+    pub(crate) async fn run(mut self) {
+        loop {
+            while let Ok(cmd) = self.rx.try_recv() {
+                self.apply(cmd);
+            }
+            if self.stopping {
+                break;
+            }
+            if !self.engine.has_work() {
+                match self.rx.recv().await {
+                    Some(cmd) => self.apply(cmd),
+                    None => break,
+                }
+                continue;
+            }
+            let t0 = self.clock.now_s();
+            let result = self.engine.step(t0);
+            let end = t0 + result.duration_s.max(0.0);
+            let sleeps = result.duration_s > 0.0;
+            if sleeps {
+                let deadline = tokio::time::sleep_until(self.clock.wall_deadline(end));
+                tokio::pin!(deadline);
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = &mut deadline => break,
+                        cmd = self.rx.recv() => match cmd {
+                            Some(cmd) => self.apply(cmd),
+                            None => { self.stopping = true; break; }
+                        },
+                    }
+                }
+            }
+            for ev in &result.tokens {
+                let Some(slot) = self.by_id.get(&ev.id) else {
+                    continue;
+                };
+                let finish = ev.finished.map(map_finish);
+                slot.publish(ev.token_index + 1, finish);
+                if finish.is_some() {
+                    self.by_id.remove(&ev.id);
+                    if let Some(key) = self.key_of.remove(&ev.id) {
+                        self.by_key.remove(&key);
+                    }
+                }
+            }
+            if self.stopping {
+                break;
+            }
+            if !sleeps {
+                tokio::task::yield_now().await;
+            }
+        }
+        self.stopping = true;
+        self.abort_all();
+        // Requests queued behind the shutdown are answered as aborted, and later sends fail.
+        self.rx.close();
+        while let Ok(cmd) = self.rx.try_recv() {
+            self.apply(cmd);
+        }
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        match cmd {
+            Command::Add { key, request, slot } => {
+                if self.stopping {
+                    slot.publish(0, Some(Finish::Abort));
+                    return;
+                }
+                let id = self.engine.add_request(request, self.clock.now_s());
+                self.by_id.insert(id, slot);
+                self.by_key.insert(key, id);
+                self.key_of.insert(id, key);
+            }
+            Command::Abort { key } => {
+                if let Some(id) = self.by_key.remove(&key) {
+                    self.key_of.remove(&id);
+                    self.engine.abort(id, self.clock.now_s());
+                    if let Some(slot) = self.by_id.remove(&id) {
+                        let produced = slot.progress().produced;
+                        slot.publish(produced, Some(Finish::Abort));
+                    }
+                }
+            }
+            Command::Metrics(tx) => {
+                let _ = tx.send(self.engine.render_metrics(self.clock.now_s()));
+            }
+            Command::Dcgm(tx) => {
+                let _ = tx.send(self.engine.render_dcgm(self.clock.now_s()));
+            }
+            Command::Shutdown => self.stopping = true,
+        }
+    }
+
+    fn abort_all(&mut self) {
+        let now = self.clock.now_s();
+        for (id, slot) in self.by_id.drain() {
+            self.engine.abort(id, now);
+            let produced = slot.progress().produced;
+            slot.publish(produced, Some(Finish::Abort));
+        }
+        self.by_key.clear();
+        self.key_of.clear();
+    }
+}
+
+fn map_finish(f: FinishReason) -> Finish {
+    match f {
+        FinishReason::Stop => Finish::Stop,
+        FinishReason::Length => Finish::Length,
+        FinishReason::Abort => Finish::Abort,
+    }
+}

@@ -1,0 +1,216 @@
+//! The engine twin's HTTP server: an OpenAI-compatible API in front of a wall-clock [`Engine`],
+//! shaped like vLLM 0.32's.
+//!
+//! [`serve`] binds two listeners and returns at once:
+//! * the API (`ServerConfig::port`, vLLM's default 8000): `/v1/completions`,
+//!   `/v1/chat/completions` (streaming SSE and non-streaming), `/v1/models`, `/health`,
+//!   `/version`, `/ping` and `/metrics` (the engine's vLLM families plus `http_requests_total`);
+//! * a dcgm-exporter-compatible listener (`ServerConfig::dcgm_port`, default API port + 1, path
+//!   `/metrics`, as dcgm-exporter serves on :9400).
+//!
+//! Layout: [`protocol`] parses and validates requests (pure; fuzzed), [`error`] shapes vLLM's
+//! error JSON, [`render`] writes response bodies and SSE chunks, `driver` owns the engine and
+//! runs it on the wall clock, `routes` is the axum wiring, [`faults`] is HTTP-level fault
+//! injection. Engine behaviour (scheduling, step times, metrics) lives in [`crate::engine`].
+//!
+//! Output: tokens are filler text ([`crate::filler_token_text`]); a request without `ignore_eos`
+//! stops naturally (`finish_reason: "stop"`) after a deterministic length drawn from the seed,
+//! see [`protocol::natural_output_len`].
+
+pub mod error;
+pub mod faults;
+pub mod protocol;
+pub mod render;
+
+mod driver;
+mod http_metrics;
+mod routes;
+mod seeded;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub use error::ApiError;
+pub use faults::{FaultPlan, Faults, FaultsError};
+pub use protocol::{Endpoint, ParsedRequest, ValidationContext, parse_and_validate};
+
+use crate::{Engine, SimSpec};
+
+/// Version string the twin reports in `/version` and `system_fingerprint` (the vLLM release
+/// whose API and metrics it reproduces).
+pub const VLLM_VERSION: &str = "0.32.0";
+
+/// How long [`ServerHandle::shutdown`] waits for open connections before dropping them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Everything `headroom sim` (or the load tester's embedded default) needs to start a server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// Address to bind; default `127.0.0.1` (vLLM's own default is all interfaces; the twin is
+    /// for loopback use unless told otherwise).
+    pub host: IpAddr,
+    /// API port; default 8000 as vLLM; 0 = an ephemeral port.
+    pub port: u16,
+    /// dcgm-exporter port: `None` = API port + 1 (ephemeral when `port` is 0), `Some(0)` =
+    /// ephemeral.
+    pub dcgm_port: Option<u16>,
+    /// GPU, model, engine arguments and engine-level faults.
+    pub spec: SimSpec,
+    /// HTTP-level faults.
+    pub faults: Faults,
+    /// vLLM `--api-key`: when set, `/v1/*` needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 8000,
+            dcgm_port: None,
+            spec: SimSpec::default(),
+            faults: Faults::default(),
+            api_key: None,
+        }
+    }
+}
+
+/// A running server; dropping it leaves the server running until the runtime stops.
+#[derive(Debug)]
+pub struct ServerHandle {
+    /// Bound address of the OpenAI-compatible API.
+    pub api_addr: SocketAddr,
+    /// Bound address of the dcgm-exporter listener.
+    pub dcgm_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    tx: mpsc::UnboundedSender<driver::Command>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// Stops accepting connections, aborts requests in flight (their streams end without
+    /// `[DONE]`), and waits up to 5 s for connections to close.
+    pub async fn shutdown(self) {
+        let _ = self.tx.send(driver::Command::Shutdown);
+        let _ = self.stop.send(true);
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        for mut task in self.tasks {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Binds the API and dcgm listeners, starts the engine driver and both servers on the current
+/// tokio runtime, and returns their addresses at once.
+///
+/// # Errors
+/// An invalid `spec` (the engine's [`crate::ConfigError`], naming the field) or `faults`
+/// ([`FaultsError`]), or a listener that cannot be bound (the address is in the message).
+pub async fn serve(cfg: ServerConfig) -> anyhow::Result<ServerHandle> {
+    cfg.faults.validate()?;
+    let engine_cfg = cfg
+        .spec
+        .resolve()
+        .map_err(|e| anyhow::anyhow!("invalid engine twin configuration: {e}"))?;
+    let engine = Engine::new(engine_cfg)
+        .map_err(|e| anyhow::anyhow!("invalid engine twin configuration: {e}"))?;
+    let ecfg = engine.config().clone();
+
+    let api_listener = TcpListener::bind(SocketAddr::new(cfg.host, cfg.port))
+        .await
+        .with_context(|| format!("cannot bind the API listener on {}:{}", cfg.host, cfg.port))?;
+    let api_addr = api_listener.local_addr()?;
+    let dcgm_port = match cfg.dcgm_port {
+        Some(p) => p,
+        None if cfg.port == 0 => 0,
+        None => api_addr
+            .port()
+            .checked_add(1)
+            .context("API port 65535 leaves no default dcgm port (API port + 1); set dcgm_port")?,
+    };
+    let dcgm_listener = TcpListener::bind(SocketAddr::new(cfg.host, dcgm_port))
+        .await
+        .with_context(|| {
+            format!(
+                "cannot bind the dcgm-exporter listener on {}:{dcgm_port} (set dcgm_port)",
+                cfg.host
+            )
+        })?;
+    let dcgm_addr = dcgm_listener.local_addr()?;
+
+    let (tx, rx) = mpsc::unbounded_channel();
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let fingerprint_bits = seeded::fnv1a(
+        format!(
+            "{}|{}|{}|{}",
+            ecfg.gpu_name, ecfg.model_name, ecfg.served_model_name, ecfg.seed
+        )
+        .as_bytes(),
+    );
+    let state = Arc::new(routes::AppState {
+        tx: tx.clone(),
+        ctx: ValidationContext {
+            served_model_names: vec![ecfg.served_model_name.clone()],
+            max_model_len: ecfg.max_model_len,
+        },
+        table: Arc::new(render::FillerTable::new(
+            ecfg.max_model_len.min(1 << 16),
+            ecfg.seed,
+        )),
+        faults: cfg.faults.clone(),
+        seed: cfg.faults.seed.unwrap_or(ecfg.seed),
+        fingerprint: format!("vllm-{VLLM_VERSION}-{:08x}", fingerprint_bits as u32),
+        model_root: ecfg.model.hf_name.clone(),
+        started_unix,
+        api_key: cfg.api_key.clone(),
+        http: http_metrics::HttpCounters::default(),
+        next_index: AtomicU64::new(0),
+    });
+
+    let (stop, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(driver::Driver::new(engine, rx).run()));
+    let api = routes::api_router(state);
+    tasks.push(tokio::spawn(serve_router(
+        api_listener,
+        api,
+        stop_rx.clone(),
+    )));
+    let dcgm = routes::dcgm_router(tx.clone());
+    tasks.push(tokio::spawn(serve_router(dcgm_listener, dcgm, stop_rx)));
+    Ok(ServerHandle {
+        api_addr,
+        dcgm_addr,
+        stop,
+        tx,
+        tasks,
+    })
+}
+
+async fn serve_router(
+    listener: TcpListener,
+    router: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let signal = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Err(e) = axum::serve(listener, router)
+        .with_graceful_shutdown(signal)
+        .await
+    {
+        eprintln!("headroom sim: server error: {e}");
+    }
+}

@@ -1,0 +1,314 @@
+//! `parse_and_validate`: vLLM's validation rules and error shapes, checked against the real
+//! vLLM 0.32 answers in `shared/fixtures/openai/`.
+
+use headroom_sim::server::{ApiError, Endpoint, ValidationContext, parse_and_validate};
+use serde_json::Value;
+
+fn ctx(len: u32) -> ValidationContext {
+    ValidationContext {
+        served_model_names: vec!["tiny".to_string()],
+        max_model_len: len,
+    }
+}
+
+/// `shared/` sits beside the repository (`HEADROOM_SHARED` overrides).
+fn fixture_body(name: &str) -> (u16, Value) {
+    let shared = std::env::var("HEADROOM_SHARED")
+        .unwrap_or_else(|_| format!("{}/../../../shared", env!("CARGO_MANIFEST_DIR")));
+    let path = format!("{shared}/fixtures/openai/{name}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let status: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .or_else(|| text.split("\n\n").nth(1))
+        .unwrap();
+    (status, serde_json::from_str(body.trim()).unwrap())
+}
+
+fn json(e: &ApiError) -> Value {
+    serde_json::from_str(&e.to_json()).unwrap()
+}
+
+fn words(n: usize) -> String {
+    vec!["w"; n].join(" ")
+}
+
+fn completion(body: &str, len: u32) -> Result<headroom_sim::server::ParsedRequest, ApiError> {
+    parse_and_validate(Endpoint::Completions, body.as_bytes(), &ctx(len))
+}
+
+#[test]
+fn max_tokens_above_max_model_len_is_the_fixture_error() {
+    // error_max_tokens.txt: max_tokens=4096 with max_model_len=2048.
+    let (status, want) = fixture_body("error_max_tokens.txt");
+    let e = completion(
+        r#"{"model":"tiny","prompt":"hello there","max_tokens":4096}"#,
+        2048,
+    )
+    .unwrap_err();
+    assert_eq!(e.status.as_u16(), status);
+    assert_eq!(json(&e), want);
+}
+
+#[test]
+fn prompt_too_long_is_the_fixture_error() {
+    // error_prompt_too_long.txt: a 2100-token prompt with max_model_len=2048.
+    let (status, want) = fixture_body("error_prompt_too_long.txt");
+    let body =
+        serde_json::json!({"model": "tiny", "prompt": words(2100), "max_tokens": 5}).to_string();
+    let e = completion(&body, 2048).unwrap_err();
+    assert_eq!(e.status.as_u16(), status);
+    assert_eq!(json(&e), want);
+}
+
+#[test]
+fn unknown_model_is_the_fixture_error() {
+    let (status, want) = fixture_body("error_unknown_model.txt");
+    let e = completion(r#"{"model":"nope","prompt":"hi","max_tokens":5}"#, 2048).unwrap_err();
+    assert_eq!(e.status.as_u16(), status);
+    assert_eq!(json(&e), want);
+}
+
+#[test]
+fn prompt_plus_max_tokens_over_the_window_names_both() {
+    // 2000 + 100 > 2048: vLLM's "'max_tokens' or 'max_completion_tokens' is too large" error.
+    let body = serde_json::json!({"prompt": words(2000), "max_tokens": 100}).to_string();
+    let e = completion(&body, 2048).unwrap_err();
+    let v = json(&e);
+    assert_eq!(v["error"]["type"], "BadRequestError");
+    assert_eq!(v["error"]["param"], "max_tokens");
+    assert_eq!(v["error"]["code"], 400);
+    assert_eq!(
+        v["error"]["message"],
+        "'max_tokens' or 'max_completion_tokens' is too large: 100. This model's maximum context length is 2048 tokens \
+         and your request has 2000 input tokens (100 > 2048 - 2000). (parameter=max_tokens, value=100)"
+    );
+    // 1948 + 100 = 2048 fits exactly.
+    let body = serde_json::json!({"prompt": words(1948), "max_tokens": 100}).to_string();
+    assert_eq!(completion(&body, 2048).unwrap().max_tokens, 100);
+}
+
+#[test]
+fn missing_max_tokens_defaults_to_the_rest_of_the_window() {
+    // vLLM: max_tokens = max_model_len - prompt_len.
+    let r = completion(r#"{"prompt":"one two three"}"#, 2048).unwrap();
+    assert_eq!(r.prompt_tokens.len(), 3);
+    assert_eq!(r.max_tokens, 2045);
+    assert!(!r.max_tokens_given);
+    assert_eq!(r.model, "tiny");
+    // A prompt that fills the window leaves no room for output.
+    let body = serde_json::json!({"prompt": words(2048)}).to_string();
+    assert_eq!(
+        json(&completion(&body, 2048).unwrap_err())["error"]["param"],
+        "input_tokens"
+    );
+}
+
+#[test]
+fn prompt_forms() {
+    assert_eq!(
+        completion(r#"{"prompt":["a b c"]}"#, 100)
+            .unwrap()
+            .prompt_tokens
+            .len(),
+        3
+    );
+    assert_eq!(
+        completion(r#"{"prompt":[5,6,7,8]}"#, 100)
+            .unwrap()
+            .prompt_tokens,
+        vec![5, 6, 7, 8]
+    );
+    assert_eq!(
+        completion(r#"{"prompt":[[5,6]]}"#, 100)
+            .unwrap()
+            .prompt_tokens,
+        vec![5, 6]
+    );
+    for bad in [r#"{"prompt":["a","b"]}"#, r#"{"prompt":[[1],[2]]}"#] {
+        let e = completion(bad, 100).unwrap_err();
+        assert_eq!(e.status.as_u16(), 400, "{bad}");
+        assert!(
+            e.message.contains("batched prompts"),
+            "{bad}: {}",
+            e.message
+        );
+    }
+    for bad in [
+        r#"{"prompt":[-1]}"#,
+        r#"{"prompt":[1.5]}"#,
+        r#"{"prompt":7}"#,
+        r#"{"prompt":[true]}"#,
+    ] {
+        let e = completion(bad, 100).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.kind), (400, "Bad Request"), "{bad}");
+    }
+    let e = completion(r#"{"prompt":""}"#, 100).unwrap_err();
+    assert_eq!(e.message, "The prompt cannot be empty.");
+}
+
+#[test]
+fn chat_prompt_counts_the_chatml_template() {
+    // "<|im_start|>user\nhello world<|im_end|>\n<|im_start|>assistant\n" splits on whitespace into
+    // "<|im_start|>user", "hello", "world<|im_end|>", "<|im_start|>assistant": 4 tokens.
+    let r = parse_and_validate(
+        Endpoint::ChatCompletions,
+        br#"{"model":"tiny","messages":[{"role":"user","content":"hello world"}],"max_completion_tokens":7,"max_tokens":3}"#,
+        &ctx(100),
+    )
+    .unwrap();
+    assert_eq!(r.prompt_tokens.len(), 4);
+    // max_completion_tokens wins over max_tokens, as in vLLM.
+    assert_eq!(r.max_tokens, 7);
+    let parts = parse_and_validate(
+        Endpoint::ChatCompletions,
+        br#"{"messages":[{"role":"user","content":[{"type":"text","text":"hello world"}]}]}"#,
+        &ctx(100),
+    )
+    .unwrap();
+    assert_eq!(parts.prompt_tokens.len(), 4);
+    let image = parse_and_validate(
+        Endpoint::ChatCompletions,
+        br#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}"#,
+        &ctx(100),
+    )
+    .unwrap_err();
+    assert_eq!(image.status.as_u16(), 400);
+    let missing = parse_and_validate(
+        Endpoint::ChatCompletions,
+        br#"{"messages":[{"content":"x"}]}"#,
+        &ctx(100),
+    )
+    .unwrap_err();
+    assert!(
+        missing
+            .message
+            .contains("'loc': ('body', 'messages', 0, 'role')"),
+        "{}",
+        missing.message
+    );
+}
+
+#[test]
+fn malformed_bodies_are_fastapi_validation_errors() {
+    for (body, kind) in [
+        ("", "json_invalid"),
+        ("{", "json_invalid"),
+        ("\u{0}\u{1}", "json_invalid"),
+        ("[1,2]", "model_attributes_type"),
+        ("null", "model_attributes_type"),
+        (r#"{"prompt":"x","max_tokens":"ten"}"#, "int_type"),
+        (r#"{"prompt":"x","max_tokens":2.5}"#, "int_from_float"),
+        (r#"{"prompt":"x","stream":"yes"}"#, "bool_type"),
+        (r#"{"prompt":"x","temperature":"hot"}"#, "float_type"),
+        (r#"{"prompt":"x","model":5}"#, "string_type"),
+        (r#"{"max_tokens":5}"#, "missing"),
+    ] {
+        let e = completion(body, 100).unwrap_err();
+        let v = json(&e);
+        assert_eq!(e.status.as_u16(), 400, "{body:?}");
+        assert_eq!(v["error"]["type"], "Bad Request", "{body:?}");
+        assert_eq!(v["error"]["param"], Value::Null, "{body:?}");
+        assert_eq!(v["error"]["code"], 400, "{body:?}");
+        assert!(
+            e.message.contains(&format!("'type': '{kind}'")),
+            "{body:?}: {}",
+            e.message
+        );
+    }
+    // A float with no fractional part is an integer to pydantic.
+    assert_eq!(
+        completion(r#"{"prompt":"x","max_tokens":5.0}"#, 100)
+            .unwrap()
+            .max_tokens,
+        5
+    );
+}
+
+#[test]
+fn sampling_and_choice_checks() {
+    let e = completion(r#"{"prompt":"x","n":2}"#, 100).unwrap_err();
+    assert_eq!(
+        (e.status.as_u16(), e.kind, e.param.as_deref()),
+        (400, "BadRequestError", Some("n"))
+    );
+    assert!(
+        e.message.ends_with("(parameter=n, value=2)"),
+        "{}",
+        e.message
+    );
+    assert!(completion(r#"{"prompt":"x","n":1,"temperature":0.7,"top_p":0.9,"stop":["\n"],"logprobs":null,"user":"u"}"#, 100).is_ok());
+    assert_eq!(
+        completion(r#"{"prompt":"x","max_tokens":0}"#, 100)
+            .unwrap_err()
+            .param
+            .as_deref(),
+        Some("max_tokens")
+    );
+    assert_eq!(
+        completion(r#"{"prompt":"x","temperature":-1}"#, 100)
+            .unwrap_err()
+            .param
+            .as_deref(),
+        Some("temperature")
+    );
+    assert_eq!(
+        completion(r#"{"prompt":"x","max_tokens":4,"min_tokens":5}"#, 100)
+            .unwrap_err()
+            .param
+            .as_deref(),
+        Some("min_tokens")
+    );
+    let r = completion(
+        r#"{"prompt":"x","max_tokens":4,"min_tokens":4,"ignore_eos":true}"#,
+        100,
+    )
+    .unwrap();
+    assert_eq!((r.min_tokens, r.ignore_eos), (4, true));
+}
+
+#[test]
+fn stream_options_follow_vllm() {
+    let r = completion(r#"{"prompt":"x","stream":true}"#, 100).unwrap();
+    assert!(r.stream && !r.include_usage && !r.continuous_usage);
+    // StreamOptions.include_usage defaults to true once stream_options is given.
+    let r = completion(r#"{"prompt":"x","stream":true,"stream_options":{}}"#, 100).unwrap();
+    assert!(r.include_usage && !r.continuous_usage);
+    let r = completion(r#"{"prompt":"x","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}"#, 100).unwrap();
+    assert!(r.include_usage && r.continuous_usage);
+    let r = completion(r#"{"prompt":"x","stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}"#, 100).unwrap();
+    assert!(!r.include_usage && !r.continuous_usage);
+    let e = completion(
+        r#"{"prompt":"x","stream_options":{"include_usage":true}}"#,
+        100,
+    )
+    .unwrap_err();
+    assert_eq!(e.kind, "Bad Request");
+    assert!(
+        e.message
+            .contains("Stream options can only be defined when `stream=True`."),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn natural_stop_is_uniform_over_the_budget() {
+    use headroom_sim::server::protocol::natural_output_len;
+    // Uniform over [max(1, min_tokens), max_tokens]: for [1, 100] the mean is 50.5 and every value
+    // occurs; the standard error of the mean over 20,000 draws is 0.20, allow 5 sigma.
+    let n = 20_000u64;
+    let draws: Vec<u32> = (0..n).map(|i| natural_output_len(11, i, 0, 100)).collect();
+    assert!(draws.iter().all(|d| (1..=100).contains(d)));
+    let mean = draws.iter().map(|d| f64::from(*d)).sum::<f64>() / n as f64;
+    assert!((mean - 50.5).abs() < 1.0, "mean {mean}");
+    assert!(draws.contains(&1) && draws.contains(&100));
+    assert!((0..1000).all(|i| natural_output_len(11, i, 40, 50) >= 40));
+    assert_eq!(natural_output_len(11, 5, 0, 1), 1);
+    // Deterministic.
+    assert_eq!(
+        natural_output_len(3, 17, 0, 500),
+        natural_output_len(3, 17, 0, 500)
+    );
+}
