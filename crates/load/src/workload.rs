@@ -1,0 +1,1129 @@
+//! The workload spec (`workload.yaml`): request classes, the load to offer, windows and seed.
+//!
+//! ```yaml
+//! model: tiny                 # optional; default: the first model of GET /v1/models
+//! seed: 42                    # default 0
+//! warmup: 5s                  # default 5s; requests started in warm-up are not recorded
+//! measure: 30s                # default 30s; requests that START inside are recorded
+//! load:
+//!   mode: concurrency         # concurrency (closed loop) | rate (open loop, req/s)
+//!   levels: [1, 2, 4, 8]      # or `auto` (the sweep brackets, then bisects); default auto
+//!   arrival: poisson          # rate mode: constant | poisson | {gamma: {burstiness: 0.5}}
+//!   max_concurrency: 256      # rate mode: optional cap on requests in flight
+//! classes:
+//!   - name: claims_assistant  # letters, digits, `_`, `-`, `.`
+//!     weight: 1               # share in the mix (> 0); default 1
+//!     endpoint: chat          # chat (/v1/chat/completions) | completions (/v1/completions)
+//!     prompt_tokens: {uniform: {min: 40, max: 60}}
+//!     max_tokens: {uniform: {min: 500, max: 1000}}
+//!     ignore_eos: true        # vLLM extension: generate until max_tokens; default false
+//!     shared_prefix_tokens: 200
+//!   - name: from_dataset
+//!     dataset: {path: sharegpt.json, format: sharegpt}
+//!     max_tokens: dataset     # output length of the dataset's reply (see below)
+//! ```
+//!
+//! **Length distributions** (`prompt_tokens`, `max_tokens`), all in tokens, all clamped to
+//! `[min, max]` where given and rounded to the nearest integer:
+//! - `{fixed: 50}`;
+//! - `{uniform: {min: 40, max: 60}}`, inclusive;
+//! - `{normal: {mean: 50, stddev: 10, min: 20, max: 80}}`, clamped (not truncated-resampled);
+//! - `{lognormal: {median: 300, p90: 1200, min: 10, max: 4000}}`: parameterised by its median
+//!   and 90th percentile (easier to read off a production histogram than μ and σ):
+//!   `μ = ln(median)`, `σ = ln(p90 / median) / z₀.₉`, `z₀.₉ = 1.2815515655446004`; clamped;
+//! - `dataset`: taken from the class's dataset (prompt: the entry's text; `max_tokens`: the
+//!   whitespace word count of the entry's reply, ShareGPT, or its `max_tokens` field, JSONL).
+//!
+//! `prompt_tokens` is the *unique* part of each prompt; `shared_prefix_tokens` more tokens of the
+//! same leading text precede it in every request of the class (a system message on the chat
+//! endpoint), so the server's prefix cache is exercised. A class with a dataset and no
+//! `prompt_tokens` draws its prompts from the dataset.
+//!
+//! **Datasets** (`dataset: {path, format}`; a relative path is resolved against the directory of
+//! the workload file):
+//! - `sharegpt`: a JSON list of `{"conversations": [{"from": "human", "value": "…"}, {"from":
+//!   "gpt", "value": "…"}, …]}`; the prompt is the first `human` (or `user`) turn, the reply the
+//!   next `gpt` (or `assistant`) turn. Entries without a human turn are skipped.
+//! - `jsonl`: one JSON object per line, `{"prompt": "…"}` with an optional `"max_tokens": n`;
+//!   blank lines are skipped.
+//!
+//! Errors name the file, the line and column, and the field (`classes[0].max_tokens: …`), and say
+//! what was expected.
+
+use crate::arrivals::ArrivalProcess;
+use headroom_core::run::LoadMode;
+use headroom_core::yaml::{YamlError, parse_yaml};
+use rand::{Rng, RngExt};
+use rand_distr::{Distribution, LogNormal, Normal};
+use serde::de::{self, IgnoredAny, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_saphyr::Spanned;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `z` of the standard normal at the 90th percentile, `Φ⁻¹(0.9)`.
+pub const Z_P90: f64 = 1.281_551_565_544_600_4;
+
+/// The built-in workload: the claims assistant of the seed guides (short questions behind a
+/// shared system prompt, long answers) mixed with a long-context class.
+///
+/// `claims_assistant`: 200 shared-prefix tokens + 40–60 unique prompt tokens, answers of
+/// 500–1,000 tokens with `ignore_eos`, chat endpoint, weight 9. `long_context`: prompts of about
+/// 2,000 tokens (normal, sd 200, clamped 1,500–2,500), answers of 100–300 tokens, weight 1.
+pub const DEFAULT_WORKLOAD_YAML: &str = "\
+# Built-in workload: the claims assistant (seed guides) plus a long-context class.
+seed: 0
+warmup: 5s
+measure: 30s
+load:
+  mode: concurrency
+  levels: auto
+classes:
+  - name: claims_assistant
+    weight: 9
+    endpoint: chat
+    shared_prefix_tokens: 200
+    prompt_tokens: {uniform: {min: 40, max: 60}}
+    max_tokens: {uniform: {min: 500, max: 1000}}
+    ignore_eos: true
+  - name: long_context
+    weight: 1
+    endpoint: chat
+    prompt_tokens: {normal: {mean: 2000, stddev: 200, min: 1500, max: 2500}}
+    max_tokens: {uniform: {min: 100, max: 300}}
+    ignore_eos: true
+";
+
+/// The whole `workload.yaml`, as written (see the module docs for the format).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// Served model name; `None` means the first of `GET /v1/models`.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Request classes, at least one.
+    pub classes: Vec<ClassSpec>,
+    /// Load to offer.
+    pub load: LoadSpec,
+    /// Warm-up per level (written `5s`; `0` allowed); requests started in it are not recorded.
+    #[serde(default = "default_warmup", with = "duration_str")]
+    pub warmup: Duration,
+    /// Measurement window per level (written `30s`, > 0).
+    #[serde(default = "default_measure", with = "duration_str")]
+    pub measure: Duration,
+    /// Seed for arrivals, the class mix and prompt synthesis.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn default_warmup() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_measure() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// One request class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassSpec {
+    /// Class name, matched against `slo.yaml` and used in file names.
+    pub name: String,
+    /// Share of the mix (relative, > 0).
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+    /// Endpoint to call.
+    #[serde(default)]
+    pub endpoint: Endpoint,
+    /// Unique prompt tokens per request; `None` with a dataset means `dataset`.
+    #[serde(default)]
+    pub prompt_tokens: Option<LengthDist>,
+    /// Output cap per request (`max_tokens`).
+    pub max_tokens: LengthDist,
+    /// Send vLLM's `ignore_eos: true` so every answer runs to `max_tokens`.
+    #[serde(default)]
+    pub ignore_eos: bool,
+    /// Tokens of shared leading text in every prompt of the class.
+    #[serde(default)]
+    pub shared_prefix_tokens: u32,
+    /// Optional dataset of prompts.
+    #[serde(default)]
+    pub dataset: Option<DatasetSpec>,
+}
+
+fn default_weight() -> f64 {
+    1.0
+}
+
+/// OpenAI-compatible endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// `POST /v1/chat/completions`: the shared prefix is a system message, the prompt a user
+    /// message (the server's chat template adds tokens).
+    #[default]
+    Chat,
+    /// `POST /v1/completions`: prefix and prompt as one `prompt` string.
+    Completions,
+}
+
+impl Endpoint {
+    /// URL path, e.g. `/v1/chat/completions`.
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "/v1/chat/completions",
+            Endpoint::Completions => "/v1/completions",
+        }
+    }
+
+    /// Short name as written in YAML (`chat`, `completions`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "chat",
+            Endpoint::Completions => "completions",
+        }
+    }
+}
+
+/// A dataset of prompts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetSpec {
+    /// File path; relative paths are resolved against the workload file's directory.
+    pub path: PathBuf,
+    /// File format.
+    pub format: DatasetFormat,
+}
+
+/// Dataset file format (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatasetFormat {
+    /// ShareGPT JSON: a list of `{conversations: [{from, value}]}`.
+    Sharegpt,
+    /// JSON Lines of `{"prompt": "…", "max_tokens": n?}`.
+    Jsonl,
+}
+
+/// A length distribution in tokens (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum LengthDist {
+    /// Always this many.
+    Fixed(u32),
+    /// Uniform integers in `[min, max]`.
+    Uniform {
+        /// Smallest value.
+        min: u32,
+        /// Largest value.
+        max: u32,
+    },
+    /// Normal, rounded and clamped to `[min, max]`.
+    Normal {
+        /// Mean.
+        mean: f64,
+        /// Standard deviation (≥ 0).
+        stddev: f64,
+        /// Clamp below.
+        min: u32,
+        /// Clamp above.
+        max: u32,
+    },
+    /// Log-normal given by median and 90th percentile, rounded and clamped to `[min, max]`.
+    Lognormal {
+        /// Median (> 0).
+        median: f64,
+        /// 90th percentile (> median).
+        p90: f64,
+        /// Clamp below.
+        min: u32,
+        /// Clamp above.
+        max: u32,
+    },
+    /// From the class's dataset.
+    Dataset,
+}
+
+impl LengthDist {
+    /// Draws one length; `None` for [`LengthDist::Dataset`] (the caller takes the dataset entry's).
+    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> Option<u32> {
+        let clamp = |v: f64, min: u32, max: u32| -> u32 {
+            if v.is_nan() {
+                return min;
+            }
+            v.round().clamp(f64::from(min), f64::from(max)) as u32
+        };
+        Some(match self {
+            LengthDist::Fixed(n) => *n,
+            LengthDist::Uniform { min, max } => rng.random_range(*min..=*max),
+            LengthDist::Normal {
+                mean,
+                stddev,
+                min,
+                max,
+            } => {
+                let v = Normal::new(*mean, *stddev).map_or(*mean, |d| d.sample(rng));
+                clamp(v, *min, *max)
+            }
+            LengthDist::Lognormal {
+                median,
+                p90,
+                min,
+                max,
+            } => {
+                let (mu, sigma) = lognormal_params(*median, *p90);
+                let v = LogNormal::new(mu, sigma).map_or(*median, |d| d.sample(rng));
+                clamp(v, *min, *max)
+            }
+            LengthDist::Dataset => return None,
+        })
+    }
+
+    /// Smallest value the distribution can produce (`None` for a dataset).
+    pub fn min(&self) -> Option<u32> {
+        match self {
+            LengthDist::Fixed(n) => Some(*n),
+            LengthDist::Uniform { min, .. }
+            | LengthDist::Normal { min, .. }
+            | LengthDist::Lognormal { min, .. } => Some(*min),
+            LengthDist::Dataset => None,
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let order = |min: u32, max: u32| {
+            if min > max {
+                Err(format!("min {min} > max {max}; expected min ≤ max"))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            LengthDist::Fixed(_) | LengthDist::Dataset => Ok(()),
+            LengthDist::Uniform { min, max } => order(*min, *max),
+            LengthDist::Normal {
+                mean,
+                stddev,
+                min,
+                max,
+            } => {
+                if !(mean.is_finite() && stddev.is_finite() && *stddev >= 0.0) {
+                    return Err(format!(
+                        "normal mean {mean}, stddev {stddev}: expected a finite mean and a stddev ≥ 0"
+                    ));
+                }
+                order(*min, *max)
+            }
+            LengthDist::Lognormal {
+                median,
+                p90,
+                min,
+                max,
+            } => {
+                if !(median.is_finite() && *median > 0.0 && p90.is_finite() && p90 > median) {
+                    return Err(format!(
+                        "lognormal median {median}, p90 {p90}: expected 0 < median < p90"
+                    ));
+                }
+                order(*min, *max)
+            }
+        }
+    }
+}
+
+/// `(μ, σ)` of the log-normal with this median and 90th percentile.
+pub fn lognormal_params(median: f64, p90: f64) -> (f64, f64) {
+    (median.ln(), (p90 / median).ln() / Z_P90)
+}
+
+/// Load section of the workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    /// Closed loop (levels are concurrencies) or open loop (levels are req/s).
+    pub mode: LoadMode,
+    /// Levels to run, or `auto`.
+    #[serde(default)]
+    pub levels: Levels,
+    /// Open-loop gap distribution (ignored in concurrency mode).
+    #[serde(default)]
+    pub arrival: ArrivalProcess,
+    /// Open-loop cap on requests in flight.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+}
+
+/// Levels of a sweep: a list, or `auto` (chosen by the sweep's search).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Levels {
+    /// Chosen automatically.
+    #[default]
+    Auto,
+    /// Exactly these, in this order.
+    List(Vec<f64>),
+}
+
+impl Serialize for Levels {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Levels::Auto => s.serialize_str("auto"),
+            Levels::List(v) => v.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Levels {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Levels;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`auto` or a list of numbers such as [1, 2, 4, 8]")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Levels, E> {
+                if v == "auto" {
+                    Ok(Levels::Auto)
+                } else {
+                    Err(E::invalid_value(de::Unexpected::Str(v), &self))
+                }
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Levels, A::Error> {
+                let mut v = Vec::new();
+                while let Some(x) = a.next_element::<f64>()? {
+                    v.push(x);
+                }
+                Ok(Levels::List(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Durations written as `5s`, `500ms`, `2m` (see [`headroom_core::slo::parse_duration_s`]); `0`
+/// is allowed for the warm-up. Serialised back as seconds with a unit, e.g. `5s`.
+mod duration_str {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{}s", d.as_secs_f64()))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum NumOrStr {
+            Num(f64),
+            Str(String),
+        }
+        let text = match NumOrStr::deserialize(d)? {
+            NumOrStr::Num(0.0) => return Ok(Duration::ZERO),
+            NumOrStr::Num(n) => format!("{n}"),
+            NumOrStr::Str(s) => s,
+        };
+        let t = text.trim();
+        if t == "0" || t.trim_end_matches(|c: char| c.is_ascii_alphabetic()) == "0" {
+            return Ok(Duration::ZERO);
+        }
+        headroom_core::slo::parse_duration_s(t)
+            .map(Duration::from_secs_f64)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// One dataset entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DatasetEntry {
+    /// Prompt text.
+    pub prompt: String,
+    /// Output length hint in tokens (ShareGPT: the reply's whitespace word count; JSONL:
+    /// `max_tokens`), when the file has one.
+    pub output_tokens: Option<u32>,
+}
+
+/// A loaded dataset.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Dataset {
+    /// Entries in file order (at least one).
+    pub entries: Vec<DatasetEntry>,
+}
+
+impl Dataset {
+    /// Reads a dataset file.
+    ///
+    /// # Errors
+    /// A message naming the file (and the line for JSONL) when it cannot be read, does not match
+    /// the format, or holds no usable entry.
+    pub fn load(path: &Path, format: DatasetFormat) -> Result<Dataset, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read dataset `{}`: {e}", path.display()))?;
+        let ds = match format {
+            DatasetFormat::Sharegpt => Dataset::parse_sharegpt(&text),
+            DatasetFormat::Jsonl => Dataset::parse_jsonl(&text),
+        }
+        .map_err(|e| format!("dataset `{}`: {e}", path.display()))?;
+        if ds.entries.is_empty() {
+            return Err(format!(
+                "dataset `{}` has no usable entry; expected at least one prompt",
+                path.display()
+            ));
+        }
+        Ok(ds)
+    }
+
+    /// Parses ShareGPT JSON (see the module docs).
+    ///
+    /// # Errors
+    /// When the text is not a JSON list of `{conversations: [{from, value}]}`.
+    pub fn parse_sharegpt(text: &str) -> Result<Dataset, String> {
+        #[derive(Deserialize)]
+        struct Entry {
+            #[serde(default)]
+            conversations: Vec<Turn>,
+        }
+        #[derive(Deserialize)]
+        struct Turn {
+            from: String,
+            value: String,
+        }
+        let entries: Vec<Entry> = serde_json::from_str(text).map_err(|e| {
+            format!("expected ShareGPT JSON (a list of {{\"conversations\": [{{\"from\", \"value\"}}]}}): {e}")
+        })?;
+        let mut out = Vec::new();
+        for e in entries {
+            let Some(i) = e
+                .conversations
+                .iter()
+                .position(|t| t.from == "human" || t.from == "user")
+            else {
+                continue;
+            };
+            let reply = e.conversations[i + 1..]
+                .iter()
+                .find(|t| t.from == "gpt" || t.from == "assistant")
+                .map(|t| t.value.split_whitespace().count() as u32);
+            let prompt = e.conversations[i].value.clone();
+            if prompt.trim().is_empty() {
+                continue;
+            }
+            out.push(DatasetEntry {
+                prompt,
+                output_tokens: reply.filter(|n| *n > 0),
+            });
+        }
+        Ok(Dataset { entries: out })
+    }
+
+    /// Parses JSON Lines of `{"prompt": "…", "max_tokens": n?}`.
+    ///
+    /// # Errors
+    /// The 1-based line number and what was expected, for the first bad line.
+    pub fn parse_jsonl(text: &str) -> Result<Dataset, String> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Line {
+            prompt: String,
+            #[serde(default)]
+            max_tokens: Option<u32>,
+        }
+        let mut out = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let l: Line = serde_json::from_str(line).map_err(|e| {
+                format!(
+                    "line {}: expected {{\"prompt\": \"…\", \"max_tokens\": n (optional)}}: {e}",
+                    i + 1
+                )
+            })?;
+            out.push(DatasetEntry {
+                prompt: l.prompt,
+                output_tokens: l.max_tokens,
+            });
+        }
+        Ok(Dataset { entries: out })
+    }
+
+    /// True when every entry has an output length hint.
+    pub fn has_output_lengths(&self) -> bool {
+        self.entries.iter().all(|e| e.output_tokens.is_some())
+    }
+}
+
+/// A validated workload with its datasets loaded.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// The spec as written (defaults filled in).
+    pub spec: WorkloadSpec,
+    /// Per class (same order as `spec.classes`): its loaded dataset, if it has one.
+    pub datasets: Vec<Option<Arc<Dataset>>>,
+    /// Where it came from (`<built-in>` for the default).
+    pub origin: PathBuf,
+}
+
+impl Workload {
+    /// Reads, parses and validates `workload.yaml`, loading its datasets.
+    ///
+    /// # Errors
+    /// [`YamlError`] naming the file, with line, column and field of the first problem.
+    pub fn load(path: &Path) -> Result<Workload, YamlError> {
+        let text = std::fs::read_to_string(path).map_err(|e| YamlError {
+            path: path.to_path_buf(),
+            message: format!("cannot read file: {e}"),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Workload::parse(&text, path, base)
+    }
+
+    /// Parses and validates workload text; `origin` names it in errors and `base_dir` resolves
+    /// relative dataset paths.
+    ///
+    /// # Errors
+    /// As [`Workload::load`].
+    pub fn parse(text: &str, origin: &Path, base_dir: &Path) -> Result<Workload, YamlError> {
+        let spec: WorkloadSpec = parse_yaml(text, origin)?;
+        // A second, lenient pass records where each field sits, so that semantic errors (min >
+        // max, weight ≤ 0, a missing dataset) carry a line and column too.
+        let locs: Locs = parse_yaml(text, origin).unwrap_or_default();
+        let err = |loc: Option<(u64, u64)>, field: String, msg: String| YamlError {
+            path: origin.to_path_buf(),
+            message: match loc {
+                Some((l, c)) if l > 0 => format!("line {l} column {c}: {field}: {msg}"),
+                _ => format!("{field}: {msg}"),
+            },
+        };
+        let class_loc = |i: usize, f: fn(&ClassLocs) -> &Option<Spanned<IgnoredAny>>| {
+            locs.classes.get(i).and_then(|c| {
+                f(c).as_ref()
+                    .map(span_pos)
+                    .or(c.name.as_ref().map(span_pos))
+            })
+        };
+        let top = |f: fn(&Locs) -> &Option<Spanned<IgnoredAny>>| f(&locs).as_ref().map(span_pos);
+
+        if spec.classes.is_empty() {
+            return Err(err(
+                None,
+                "classes".into(),
+                "expected at least one request class".into(),
+            ));
+        }
+        if let Some(m) = &spec.model
+            && m.trim().is_empty()
+        {
+            return Err(err(
+                top(|l| &l.model),
+                "model".into(),
+                "empty; expected a served model name or no `model` field".into(),
+            ));
+        }
+        if spec.measure.is_zero() {
+            return Err(err(
+                top(|l| &l.measure),
+                "measure".into(),
+                "expected a positive duration such as 30s".into(),
+            ));
+        }
+        let mut datasets = Vec::with_capacity(spec.classes.len());
+        for (i, c) in spec.classes.iter().enumerate() {
+            let field = |f: &str| format!("classes[{i}] (`{}`).{f}", c.name);
+            if c.name.is_empty()
+                || !c
+                    .name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.'))
+            {
+                return Err(err(
+                    class_loc(i, |c| &c.name),
+                    format!("classes[{i}].name"),
+                    format!(
+                        "`{}`: expected a non-empty name of letters, digits, `_`, `-` or `.`",
+                        c.name
+                    ),
+                ));
+            }
+            if spec.classes[..i].iter().any(|o| o.name == c.name) {
+                return Err(err(
+                    class_loc(i, |c| &c.name),
+                    format!("classes[{i}].name"),
+                    format!("`{}` is used twice; expected unique class names", c.name),
+                ));
+            }
+            if !(c.weight.is_finite() && c.weight > 0.0) {
+                return Err(err(
+                    class_loc(i, |c| &c.weight),
+                    field("weight"),
+                    format!("{}: expected a positive number", c.weight),
+                ));
+            }
+            if let Some(p) = &c.prompt_tokens
+                && let Err(m) = p.validate()
+            {
+                return Err(err(
+                    class_loc(i, |c| &c.prompt_tokens),
+                    field("prompt_tokens"),
+                    m,
+                ));
+            }
+            if let Err(m) = c.max_tokens.validate() {
+                return Err(err(class_loc(i, |c| &c.max_tokens), field("max_tokens"), m));
+            }
+            if c.max_tokens.min() == Some(0) {
+                return Err(err(
+                    class_loc(i, |c| &c.max_tokens),
+                    field("max_tokens"),
+                    "can be 0; expected at least 1 output token".into(),
+                ));
+            }
+            let prompt_from_dataset = match &c.prompt_tokens {
+                None => true,
+                Some(LengthDist::Dataset) => true,
+                Some(_) => false,
+            };
+            match (&c.dataset, prompt_from_dataset) {
+                (None, true) => {
+                    return Err(err(
+                        class_loc(i, |c| &c.prompt_tokens),
+                        field("prompt_tokens"),
+                        "no dataset to draw prompts from; expected a length distribution such as {uniform: {min: 40, max: 60}} or a `dataset`".into(),
+                    ));
+                }
+                (Some(_), false) => {
+                    return Err(err(
+                        class_loc(i, |c| &c.dataset),
+                        field("dataset"),
+                        "given, but prompt_tokens is synthetic; expected `prompt_tokens: dataset` (or no prompt_tokens) with a dataset".into(),
+                    ));
+                }
+                _ => {}
+            }
+            if !prompt_from_dataset
+                && c.shared_prefix_tokens == 0
+                && c.prompt_tokens.as_ref().and_then(LengthDist::min) == Some(0)
+            {
+                return Err(err(
+                    class_loc(i, |c| &c.prompt_tokens),
+                    field("prompt_tokens"),
+                    "can be 0 with no shared prefix; expected prompts of at least 1 token".into(),
+                ));
+            }
+            let ds = match &c.dataset {
+                None => {
+                    if c.max_tokens == LengthDist::Dataset {
+                        return Err(err(
+                            class_loc(i, |c| &c.max_tokens),
+                            field("max_tokens"),
+                            "`dataset` but the class has no dataset; expected a length distribution".into(),
+                        ));
+                    }
+                    None
+                }
+                Some(d) => {
+                    let path = if d.path.is_absolute() {
+                        d.path.clone()
+                    } else {
+                        base_dir.join(&d.path)
+                    };
+                    let ds = Dataset::load(&path, d.format)
+                        .map_err(|m| err(class_loc(i, |c| &c.dataset), field("dataset.path"), m))?;
+                    if c.max_tokens == LengthDist::Dataset && !ds.has_output_lengths() {
+                        return Err(err(
+                            class_loc(i, |c| &c.max_tokens),
+                            field("max_tokens"),
+                            format!(
+                                "`dataset`, but not every entry of `{}` has an output length (a ShareGPT reply or a JSONL `max_tokens`); expected a length distribution",
+                                path.display()
+                            ),
+                        ));
+                    }
+                    Some(Arc::new(ds))
+                }
+            };
+            datasets.push(ds);
+        }
+        let load = &spec.load;
+        if let Levels::List(v) = &load.levels {
+            if v.is_empty() {
+                return Err(err(
+                    top(|l| &l.load),
+                    "load.levels".into(),
+                    "empty list; expected levels such as [1, 2, 4] or `auto`".into(),
+                ));
+            }
+            for x in v {
+                let ok = match load.mode {
+                    LoadMode::Concurrency => *x >= 1.0 && x.fract() == 0.0 && *x <= 1e6,
+                    LoadMode::Rate => x.is_finite() && *x > 0.0,
+                };
+                if !ok {
+                    return Err(err(
+                        top(|l| &l.load),
+                        "load.levels".into(),
+                        match load.mode {
+                            LoadMode::Concurrency => format!(
+                                "{x}: expected whole numbers ≥ 1 (requests in flight) in concurrency mode"
+                            ),
+                            LoadMode::Rate => {
+                                format!("{x}: expected positive rates (req/s) in rate mode")
+                            }
+                        },
+                    ));
+                }
+            }
+        }
+        if let ArrivalProcess::Gamma { burstiness } = load.arrival
+            && !(burstiness.is_finite() && burstiness > 0.0)
+        {
+            return Err(err(
+                top(|l| &l.load),
+                "load.arrival.gamma.burstiness".into(),
+                format!("{burstiness}: expected a positive number (1 = Poisson, < 1 burstier)"),
+            ));
+        }
+        if load.max_concurrency == Some(0) {
+            return Err(err(
+                top(|l| &l.load),
+                "load.max_concurrency".into(),
+                "0: expected at least 1 request in flight, or no cap".into(),
+            ));
+        }
+        Ok(Workload {
+            spec,
+            datasets,
+            origin: origin.to_path_buf(),
+        })
+    }
+
+    /// The built-in workload ([`DEFAULT_WORKLOAD_YAML`]).
+    pub fn builtin() -> Workload {
+        Workload::parse(
+            DEFAULT_WORKLOAD_YAML,
+            Path::new("<built-in workload>"),
+            Path::new("."),
+        )
+        .unwrap_or_else(|e| unreachable!("the built-in workload is valid: {e}"))
+    }
+
+    /// Class weights normalised to shares summing to 1, in class order.
+    pub fn shares(&self) -> Vec<f64> {
+        let total: f64 = self.spec.classes.iter().map(|c| c.weight).sum();
+        self.spec.classes.iter().map(|c| c.weight / total).collect()
+    }
+}
+
+fn span_pos(s: &Spanned<IgnoredAny>) -> (u64, u64) {
+    (s.referenced.line(), s.referenced.column())
+}
+
+/// Where fields sit in the file (lenient shadow of [`WorkloadSpec`]).
+#[derive(Deserialize, Default)]
+struct Locs {
+    #[serde(default)]
+    model: Option<Spanned<IgnoredAny>>,
+    #[serde(default)]
+    measure: Option<Spanned<IgnoredAny>>,
+    #[serde(default)]
+    load: Option<Spanned<IgnoredAny>>,
+    #[serde(default, rename = "classes", deserialize_with = "de_class_locs")]
+    classes: Vec<ClassLocs>,
+}
+
+fn de_class_locs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ClassLocs>, D::Error> {
+    Ok(Option::<Vec<ClassLocs>>::deserialize(d)?.unwrap_or_default())
+}
+
+#[derive(Deserialize, Default)]
+struct ClassLocs {
+    #[serde(default)]
+    name: Option<Spanned<IgnoredAny>>,
+    #[serde(default)]
+    weight: Option<Spanned<IgnoredAny>>,
+    #[serde(default)]
+    prompt_tokens: Option<Spanned<IgnoredAny>>,
+    #[serde(default)]
+    max_tokens: Option<Spanned<IgnoredAny>>,
+    #[serde(default)]
+    dataset: Option<Spanned<IgnoredAny>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arrivals::seeded_rng;
+
+    fn parse(t: &str) -> Result<Workload, YamlError> {
+        Workload::parse(t, Path::new("workload.yaml"), Path::new("/nonexistent"))
+    }
+
+    const MIN: &str = "load: {mode: concurrency, levels: [1, 2]}\nclasses:\n  - name: a\n    prompt_tokens: {fixed: 10}\n    max_tokens: {fixed: 5}\n";
+
+    #[test]
+    fn builtin_workload_resolves() {
+        let w = Workload::builtin();
+        let s = &w.spec;
+        assert_eq!(s.model, None);
+        assert_eq!(s.warmup, Duration::from_secs(5));
+        assert_eq!(s.measure, Duration::from_secs(30));
+        assert_eq!(s.load.mode, LoadMode::Concurrency);
+        assert_eq!(s.load.levels, Levels::Auto);
+        let c = &s.classes[0];
+        assert_eq!(c.name, "claims_assistant");
+        assert_eq!(c.endpoint, Endpoint::Chat);
+        assert_eq!(c.shared_prefix_tokens, 200);
+        assert_eq!(
+            c.max_tokens,
+            LengthDist::Uniform {
+                min: 500,
+                max: 1000
+            }
+        );
+        assert!(c.ignore_eos);
+        assert_eq!(s.classes[1].name, "long_context");
+        assert_eq!(w.shares(), vec![0.9, 0.1]);
+        assert_eq!(w.datasets, vec![None, None]);
+    }
+
+    #[test]
+    fn minimal_and_defaults() {
+        let w = parse(MIN).unwrap();
+        let c = &w.spec.classes[0];
+        assert_eq!(c.weight, 1.0);
+        assert_eq!(c.endpoint, Endpoint::Chat);
+        assert!(!c.ignore_eos);
+        assert_eq!(w.spec.load.levels, Levels::List(vec![1.0, 2.0]));
+        assert_eq!(w.spec.load.arrival, ArrivalProcess::Poisson);
+        assert_eq!(w.spec.seed, 0);
+    }
+
+    #[test]
+    fn arrival_and_durations_parse() {
+        let t = "warmup: 0\nmeasure: 1.5m\nload: {mode: rate, levels: [0.5, 2], arrival: {gamma: {burstiness: 0.5}}, max_concurrency: 64}\nclasses:\n  - {name: a, endpoint: completions, prompt_tokens: {lognormal: {median: 100, p90: 400, min: 1, max: 4000}}, max_tokens: {normal: {mean: 200, stddev: 50, min: 1, max: 400}}}\n";
+        let w = parse(t).unwrap();
+        assert_eq!(w.spec.warmup, Duration::ZERO);
+        assert_eq!(w.spec.measure, Duration::from_secs(90));
+        assert_eq!(
+            w.spec.load.arrival,
+            ArrivalProcess::Gamma { burstiness: 0.5 }
+        );
+        assert_eq!(w.spec.load.max_concurrency, Some(64));
+        assert_eq!(w.spec.classes[0].endpoint, Endpoint::Completions);
+        // round trip through YAML keeps the meaning
+        let y = serde_saphyr::to_string(&w.spec).unwrap();
+        let back = parse(&y).unwrap();
+        assert_eq!(back.spec, w.spec);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        for (text, needles) in [
+            (
+                MIN.replace("{fixed: 5}", "{uniform: {min: 9, max: 3}}"),
+                vec![
+                    "workload.yaml: ",
+                    "line 5",
+                    "classes[0] (`a`).max_tokens",
+                    "min 9 > max 3",
+                ],
+            ),
+            (
+                MIN.replace("- name: a\n", "- name: a\n    weight: 0\n"),
+                vec!["line 4", "classes[0] (`a`).weight", "positive"],
+            ),
+            (
+                MIN.replace("prompt_tokens: {fixed: 10}", "prompt_tokens: {fixd: 10}"),
+                vec!["workload.yaml: ", "fixd"],
+            ),
+            (
+                MIN.replace(
+                    "prompt_tokens: {fixed: 10}",
+                    "dataset: {path: nope.json, format: sharegpt}",
+                ),
+                vec!["classes[0] (`a`).dataset.path", "nope.json", "cannot read"],
+            ),
+            (
+                MIN.replace("levels: [1, 2]", "levels: [1.5]"),
+                vec!["load.levels", "whole numbers"],
+            ),
+            (MIN.replace("levels: [1, 2]", "levels: some"), vec!["auto"]),
+            (
+                MIN.replace("{fixed: 5}", "{fixed: 0}"),
+                vec!["max_tokens", "at least 1"],
+            ),
+            (
+                MIN.replace("prompt_tokens: {fixed: 10}", "prompt_tokens: dataset"),
+                vec!["prompt_tokens", "no dataset"],
+            ),
+            (
+                MIN.replace(
+                    "prompt_tokens: {fixed: 10}",
+                    "prompt_tokens: {lognormal: {median: 10, p90: 5, min: 1, max: 9}}",
+                ),
+                vec!["0 < median < p90"],
+            ),
+            (
+                MIN.replace("- name: a", "- name: a/b"),
+                vec!["classes[0].name"],
+            ),
+            (
+                format!(
+                    "{MIN}  - name: a\n    prompt_tokens: {{fixed: 1}}\n    max_tokens: {{fixed: 1}}\n"
+                ),
+                vec!["used twice"],
+            ),
+            (
+                format!("warmup: 5 parsecs\n{MIN}"),
+                vec!["workload.yaml: ", "unknown unit"],
+            ),
+            (format!("measure: soon\n{MIN}"), vec!["line 1", "`soon`"]),
+            (format!("{MIN}extra: 1\n"), vec!["extra"]),
+        ] {
+            let e = match parse(&text) {
+                Ok(_) => panic!("accepted: {text}"),
+                Err(e) => e.to_string(),
+            };
+            for n in needles {
+                assert!(e.contains(n), "`{n}` not in: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn datasets_load_and_validate() {
+        let dir = tempfile::tempdir().unwrap();
+        let sg = dir.path().join("sg.json");
+        std::fs::write(
+            &sg,
+            r#"[{"id":"x","conversations":[{"from":"system","value":"s"},{"from":"human","value":"What is a claim?"},{"from":"gpt","value":"A claim is a request"}]},
+                {"conversations":[{"from":"gpt","value":"orphan"}]},
+                {"conversations":[{"from":"human","value":"Hi there"}]}]"#,
+        )
+        .unwrap();
+        let ds = Dataset::load(&sg, DatasetFormat::Sharegpt).unwrap();
+        assert_eq!(ds.entries.len(), 2);
+        assert_eq!(ds.entries[0].prompt, "What is a claim?");
+        assert_eq!(ds.entries[0].output_tokens, Some(5)); // "A claim is a request"
+        assert_eq!(ds.entries[1].output_tokens, None);
+        assert!(!ds.has_output_lengths());
+
+        let jl = dir.path().join("p.jsonl");
+        std::fs::write(
+            &jl,
+            "{\"prompt\": \"one two\"}\n\n{\"prompt\": \"three\", \"max_tokens\": 7}\n",
+        )
+        .unwrap();
+        let ds = Dataset::load(&jl, DatasetFormat::Jsonl).unwrap();
+        assert_eq!(ds.entries.len(), 2);
+        assert_eq!(ds.entries[1].output_tokens, Some(7));
+
+        let bad = dir.path().join("bad.jsonl");
+        std::fs::write(&bad, "{\"prompt\": \"ok\"}\n{\"text\": \"no\"}\n").unwrap();
+        let e = Dataset::load(&bad, DatasetFormat::Jsonl).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("bad.jsonl"), "{e}");
+
+        let empty = dir.path().join("empty.jsonl");
+        std::fs::write(&empty, "\n").unwrap();
+        let e = Dataset::load(&empty, DatasetFormat::Jsonl).unwrap_err();
+        assert!(e.contains("no usable entry"), "{e}");
+
+        // relative to the workload's directory; max_tokens: dataset needs every reply length
+        let text = "load: {mode: rate}\nclasses:\n  - name: sg\n    dataset: {path: sg.json, format: sharegpt}\n    max_tokens: dataset\n";
+        let e = Workload::parse(text, Path::new("w.yaml"), dir.path()).unwrap_err();
+        assert!(e.to_string().contains("output length"), "{e}");
+        let text = text.replace("max_tokens: dataset", "max_tokens: {fixed: 10}");
+        let w = Workload::parse(&text, Path::new("w.yaml"), dir.path()).unwrap();
+        assert_eq!(w.datasets[0].as_ref().unwrap().entries.len(), 2);
+        let text = "load: {mode: rate}\nclasses:\n  - name: e\n    dataset: {path: empty.jsonl, format: jsonl}\n    max_tokens: {fixed: 1}\n";
+        let e = Workload::parse(text, Path::new("w.yaml"), dir.path()).unwrap_err();
+        assert!(
+            e.to_string().contains("line 4") && e.to_string().contains("no usable entry"),
+            "{e}"
+        );
+    }
+
+    fn stats(d: &LengthDist, n: usize) -> Vec<f64> {
+        let mut rng = seeded_rng(5, 0);
+        let mut v: Vec<f64> = (0..n)
+            .map(|_| f64::from(d.sample(&mut rng).unwrap()))
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+
+    fn mean(v: &[f64]) -> f64 {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+
+    #[test]
+    fn distributions_match_their_parameters() {
+        let n = 40_000;
+        assert_eq!(stats(&LengthDist::Fixed(7), 10), vec![7.0; 10]);
+
+        // uniform 500..=1000: mean 750, every value in range, both ends reached
+        let u = stats(
+            &LengthDist::Uniform {
+                min: 500,
+                max: 1000,
+            },
+            n,
+        );
+        assert!((mean(&u) - 750.0).abs() < 3.0, "{}", mean(&u));
+        assert_eq!((u[0], u[n - 1]), (500.0, 1000.0));
+
+        // normal 2000 ± 200, clamp far away: mean 2000, sd 200
+        let x = stats(
+            &LengthDist::Normal {
+                mean: 2000.0,
+                stddev: 200.0,
+                min: 0,
+                max: 10_000,
+            },
+            n,
+        );
+        let m = mean(&x);
+        let sd = (x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / n as f64).sqrt();
+        assert!(
+            (m - 2000.0).abs() < 5.0 && (sd - 200.0).abs() < 5.0,
+            "{m} {sd}"
+        );
+        // clamped: with min = mean, half the draws sit exactly on min
+        let c = stats(
+            &LengthDist::Normal {
+                mean: 100.0,
+                stddev: 30.0,
+                min: 100,
+                max: 200,
+            },
+            n,
+        );
+        let at_min = c.iter().filter(|v| **v == 100.0).count() as f64 / n as f64;
+        assert!((at_min - 0.5).abs() < 0.02, "{at_min}");
+        assert!(c[n - 1] <= 200.0);
+
+        // lognormal median 300, p90 1200: the empirical median and p90 match
+        let l = stats(
+            &LengthDist::Lognormal {
+                median: 300.0,
+                p90: 1200.0,
+                min: 1,
+                max: 1_000_000,
+            },
+            n,
+        );
+        let med = l[n / 2];
+        let p90 = l[n * 9 / 10];
+        assert!((med / 300.0 - 1.0).abs() < 0.03, "median {med}");
+        assert!((p90 / 1200.0 - 1.0).abs() < 0.04, "p90 {p90}");
+        assert_eq!(LengthDist::Dataset.sample(&mut seeded_rng(1, 1)), None);
+    }
+
+    #[test]
+    fn lognormal_parameters_by_hand() {
+        // median e², p90 e^(2 + 1.2816·0.5) → μ = 2, σ = 0.5
+        let (mu, sigma) = lognormal_params(2f64.exp(), (2.0 + Z_P90 * 0.5).exp());
+        assert!((mu - 2.0).abs() < 1e-12 && (sigma - 0.5).abs() < 1e-12);
+    }
+}
