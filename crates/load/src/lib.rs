@@ -17,5 +17,6 @@
 //! `headroom_core` ([`headroom_core::RequestTiming`], [`headroom_core::Outcome`]).
 
 pub mod arrivals;
+pub mod prompt;
 pub mod sweep;
 pub mod workload;
