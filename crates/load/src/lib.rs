@@ -11,12 +11,15 @@
 //!   and serialisation;
 //! - [`runner`]: one load level end to end (warm-up, measurement window, drain, client CPU), and
 //!   the pre-flight probe of a target;
-//! - [`sweep`]: the sweep controller that chooses levels and judges them.
+//! - [`sweep`]: the sweep controller that chooses levels and judges them;
+//! - [`testkit`]: a minimal SSE stub server on loopback for tests and the client benchmark.
 //!
 //! Client-side signal definitions (TTFT, ITL, TPOT, E2E) and outcomes are not defined here but in
 //! `headroom_core` ([`headroom_core::RequestTiming`], [`headroom_core::Outcome`]).
 
 pub mod arrivals;
+pub mod client;
 pub mod prompt;
 pub mod sweep;
+pub mod testkit;
 pub mod workload;

@@ -1,0 +1,664 @@
+//! The OpenAI-compatible streaming client: `POST /v1/completions` and `/v1/chat/completions`
+//! with `stream: true` and `stream_options: {include_usage: true}`, timed chunk by chunk.
+//!
+//! Built on hyper 1 (hyper-util's pooled client, HTTP/1.1, one connection per stream in flight,
+//! `TCP_NODELAY`), because the client must never be what limits a measurement: every body frame
+//! is timestamped on arrival (monotonic clock, `std::time::Instant`) *before* it is parsed, the
+//! SSE parser ([`sse`]) works incrementally on borrowed bytes, and only the fields needed are
+//! decoded.
+//!
+//! Times in a [`RequestRecord`] are nanoseconds since the request's *start*: the intended send
+//! time in open loop (so a late send counts against the latency, no coordinated omission), the
+//! dispatch time in closed loop. The gap between start and the actual hand-over to the HTTP stack
+//! is the *send lag*, recorded separately.
+//!
+//! Only `http://` targets are supported (no TLS); an API key is sent as `Authorization: Bearer`
+//! and never printed (the header is marked sensitive and [`Target`]'s `Debug` redacts it).
+
+pub mod sse;
+
+use crate::prompt::DrawnRequest;
+use crate::workload::Endpoint;
+use bytes::Bytes;
+use headroom_core::{Outcome, RequestTiming};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Serialize;
+use sse::{SseSplitter, StreamState};
+use std::fmt;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Cancels in-flight requests (end of a measurement window, Ctrl-C). Child tokens
+/// (`child_token()`) cancel with their parent.
+pub type CancellationFlag = CancellationToken;
+
+/// Client settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientConfig {
+    /// Deadline for one whole request, from its start to the end of its stream.
+    pub request_timeout: Duration,
+    /// Deadline for a TCP connect.
+    pub connect_timeout: Duration,
+    /// Idle connections kept per host (the pool; one connection per stream in flight).
+    pub max_idle_per_host: usize,
+}
+
+impl Default for ClientConfig {
+    /// 600 s per request (a 1,000-token answer at 0.5 s per token), 5 s connect, 8,192 idle
+    /// connections.
+    fn default() -> Self {
+        ClientConfig {
+            request_timeout: Duration::from_secs(600),
+            connect_timeout: Duration::from_secs(5),
+            max_idle_per_host: 8192,
+        }
+    }
+}
+
+/// Errors constructing a target.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum TargetError {
+    /// Not a usable base URL.
+    #[error(
+        "target `{url}`: {reason}; expected a base URL such as http://127.0.0.1:8000 (a trailing /v1 is accepted)"
+    )]
+    BadUrl {
+        /// URL as given (credentials redacted).
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The API key cannot be sent in a header.
+    #[error("the API key contains characters that cannot be sent in an HTTP header")]
+    BadApiKey,
+}
+
+/// Where load goes: base URL, optional API key, optional model (the probe resolves a missing one
+/// to the first served model). Cloning shares the connection pool.
+#[derive(Clone)]
+pub struct Target {
+    base: String,
+    model: Option<String>,
+    auth: Option<HeaderValue>,
+    uris: [Uri; 2],
+    http: HyperClient<HttpConnector, Full<Bytes>>,
+    config: ClientConfig,
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("base", &self.base)
+            .field("model", &self.model)
+            .field("api_key", &self.auth.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Target {
+    /// A target at `base_url` (`http://host:port`, optionally with a path prefix; a trailing
+    /// `/v1` is stripped) with default client settings.
+    ///
+    /// # Errors
+    /// [`TargetError`] for a URL that is not `http://host[:port][/prefix]` or an API key that is
+    /// not a valid header value.
+    pub fn new(
+        base_url: &str,
+        api_key: Option<&str>,
+        model: Option<&str>,
+    ) -> Result<Target, TargetError> {
+        Target::with_config(base_url, api_key, model, ClientConfig::default())
+    }
+
+    /// As [`Target::new`] with explicit client settings.
+    ///
+    /// # Errors
+    /// As [`Target::new`].
+    pub fn with_config(
+        base_url: &str,
+        api_key: Option<&str>,
+        model: Option<&str>,
+        config: ClientConfig,
+    ) -> Result<Target, TargetError> {
+        let shown = headroom_core::run::redact_url(base_url);
+        let bad = |reason: &str| TargetError::BadUrl {
+            url: shown.clone(),
+            reason: reason.to_string(),
+        };
+        let trimmed = base_url.trim().trim_end_matches('/');
+        let trimmed = trimmed.strip_suffix("/v1").unwrap_or(trimmed);
+        let uri: Uri = trimmed
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(bad(
+                    "https is not supported by the load client; use an http:// URL (for example through a port-forward)",
+                ));
+            }
+            _ => return Err(bad("no http:// scheme")),
+        }
+        if uri.host().is_none_or(str::is_empty) {
+            return Err(bad("no host"));
+        }
+        if uri.query().is_some() {
+            return Err(bad("a query string is not allowed"));
+        }
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(bad(
+                "credentials in the URL are not supported; pass the API key separately",
+            ));
+        }
+        let base = trimmed.to_string();
+        let mk = |path: &str| -> Result<Uri, TargetError> {
+            format!("{base}{path}")
+                .parse()
+                .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))
+        };
+        let uris = [
+            mk(Endpoint::Chat.path())?,
+            mk(Endpoint::Completions.path())?,
+        ];
+        let auth = match api_key {
+            Some(k) if !k.is_empty() => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
+                    .map_err(|_| TargetError::BadApiKey)?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            _ => None,
+        };
+        let mut conn = HttpConnector::new();
+        conn.set_nodelay(true);
+        conn.set_connect_timeout(Some(config.connect_timeout));
+        conn.enforce_http(true);
+        let http = HyperClient::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(config.max_idle_per_host)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(conn);
+        Ok(Target {
+            base,
+            model: model.filter(|m| !m.is_empty()).map(str::to_string),
+            auth,
+            uris,
+            http,
+            config,
+        })
+    }
+
+    /// The same target with `model` set (shares the connection pool).
+    pub fn with_model(&self, model: &str) -> Target {
+        let mut t = self.clone();
+        t.model = Some(model.to_string());
+        t
+    }
+
+    /// Base URL (without `/v1`), never containing credentials.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Model sent in requests (`None`: the field is omitted and the server picks its default).
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
+    /// Client settings.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    fn uri(&self, e: Endpoint) -> &Uri {
+        match e {
+            Endpoint::Chat => &self.uris[0],
+            Endpoint::Completions => &self.uris[1],
+        }
+    }
+
+    /// `GET {base}{path}` and the whole body (at most `limit` bytes), within the connect and a
+    /// 10 s read deadline.
+    ///
+    /// # Errors
+    /// A message for connection failures, timeouts and over-long bodies.
+    pub async fn get(&self, path: &str, limit: usize) -> Result<(StatusCode, Bytes), String> {
+        let uri: Uri = format!("{}{path}", self.base)
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+        let mut b = Request::builder().method(Method::GET).uri(uri);
+        if let Some(a) = &self.auth {
+            b = b.header(AUTHORIZATION, a.clone());
+        }
+        let req = b.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+        let fut = async {
+            let resp = self.http.request(req).await.map_err(describe_hyper)?;
+            let status = resp.status();
+            let body = read_limited(resp.into_body(), limit).await?;
+            Ok((status, body))
+        };
+        tokio::time::timeout(self.config.connect_timeout + Duration::from_secs(10), fut)
+            .await
+            .map_err(|_| "no answer within the deadline".to_string())?
+    }
+
+    /// Sends one streaming request and times it. Never fails: every way a request can end is an
+    /// [`Outcome`] in the record.
+    ///
+    /// `start` is the reference instant for every time in the record (intended send time in open
+    /// loop); `cancel` ends the request early as `client_cancel`; the per-request timeout counts
+    /// from `start`.
+    pub async fn send(
+        &self,
+        req: &PreparedRequest,
+        start: Instant,
+        cancel: &CancellationFlag,
+    ) -> RequestRecord {
+        let mut st = StreamState {
+            content_chunk_ns: Vec::with_capacity(req.max_tokens as usize + 1),
+            ..StreamState::default()
+        };
+        let mut rec = RequestRecord {
+            class: req.class,
+            start_offset_ns: 0,
+            send_lag_ns: 0,
+            timing: RequestTiming::default(),
+            prompt_tokens: None,
+            requested_prompt_tokens: req.requested_prompt_tokens,
+            requested_max_tokens: req.max_tokens,
+            finish_reason: None,
+            outcome: Outcome::Protocol,
+            sse_events: 0,
+            message: None,
+        };
+        let deadline = tokio::time::Instant::from_std(start + self.config.request_timeout);
+        let mut last_ns = 0u64;
+        let exchange = self.exchange(req, start, &mut st, &mut rec, &mut last_ns);
+        let ended = tokio::select! {
+            biased;
+            () = cancel.cancelled() => Some(Outcome::ClientCancel),
+            () = tokio::time::sleep_until(deadline) => Some(Outcome::Timeout),
+            o = exchange => o,
+        };
+        let end_ns = nanos_since(start);
+        rec.outcome = match ended {
+            Some(o) => o,
+            None => st.outcome(false),
+        };
+        if matches!(rec.outcome, Outcome::Transport) && rec.message.is_none() {
+            rec.message = Some("connection closed before the stream ended".into());
+        }
+        if rec.outcome == Outcome::Protocol && rec.message.is_none() {
+            rec.message =
+                Some(st.protocol_error.clone().unwrap_or_else(|| {
+                    "stream ended without a finish_reason or [DONE]".to_string()
+                }));
+        }
+        if rec.outcome == Outcome::Error && rec.message.is_none() {
+            rec.message = st.server_error.clone();
+        }
+        let usage = st.usage.unwrap_or_default();
+        rec.prompt_tokens = usage.prompt_tokens;
+        rec.finish_reason = st.finish_reason.take();
+        rec.sse_events = st.events;
+        rec.timing = RequestTiming {
+            content_chunk_ns: std::mem::take(&mut st.content_chunk_ns),
+            end_ns: match ended {
+                // Cancelled or timed out: the stream ended when we gave up on it.
+                Some(_) => end_ns,
+                None => st.done_ns.unwrap_or(last_ns),
+            },
+            output_tokens: usage.completion_tokens,
+        };
+        rec
+    }
+
+    /// Runs the HTTP exchange; `Some(outcome)` when it ended before or outside the stream
+    /// (HTTP status, transport), `None` when the stream ran and `st` decides.
+    async fn exchange(
+        &self,
+        req: &PreparedRequest,
+        start: Instant,
+        st: &mut StreamState,
+        rec: &mut RequestRecord,
+        last_ns: &mut u64,
+    ) -> Option<Outcome> {
+        let mut b = Request::builder()
+            .method(Method::POST)
+            .uri(self.uri(req.endpoint).clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        if let Some(a) = &self.auth {
+            b = b.header(AUTHORIZATION, a.clone());
+        }
+        let http_req = match b.body(Full::new(req.body.clone())) {
+            Ok(r) => r,
+            Err(e) => {
+                rec.message = Some(format!("cannot build request: {e}"));
+                return Some(Outcome::Protocol);
+            }
+        };
+        rec.send_lag_ns = nanos_since(start);
+        let resp = match self.http.request(http_req).await {
+            Ok(r) => r,
+            Err(e) => {
+                rec.message = Some(describe_hyper(e));
+                return Some(Outcome::Transport);
+            }
+        };
+        let status = resp.status();
+        if !status.is_success() {
+            let body = read_limited(resp.into_body(), 64 * 1024)
+                .await
+                .unwrap_or_default();
+            rec.message = Some(server_message(&body));
+            return Some(Outcome::HttpStatus(status.as_u16()));
+        }
+        let mut body = resp.into_body();
+        let mut sp = SseSplitter::new();
+        loop {
+            match body.frame().await {
+                None => break,
+                Some(Ok(frame)) => {
+                    // Timestamp first, parse after.
+                    let t = nanos_since(start);
+                    *last_ns = t;
+                    if let Some(data) = frame.data_ref() {
+                        sp.feed(data, &mut |ev| st.on_event(ev, t));
+                    }
+                }
+                Some(Err(e)) => {
+                    let t = nanos_since(start);
+                    sp.finish(&mut |ev| st.on_event(ev, t));
+                    if st.finish_reason.is_none() && st.server_error.is_none() {
+                        rec.message = Some(format!("stream broke: {}", describe_hyper_body(&e)));
+                        return Some(Outcome::Transport);
+                    }
+                    return None;
+                }
+            }
+        }
+        let t = *last_ns;
+        sp.finish(&mut |ev| st.on_event(ev, t));
+        None
+    }
+}
+
+fn nanos_since(start: Instant) -> u64 {
+    u64::try_from(Instant::now().saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn describe_hyper(e: hyper_util::client::legacy::Error) -> String {
+    use std::error::Error;
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+fn describe_hyper_body(e: &hyper::Error) -> String {
+    use std::error::Error;
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+async fn read_limited(mut body: hyper::body::Incoming, limit: usize) -> Result<Bytes, String> {
+    let mut out = Vec::new();
+    while let Some(f) = body.frame().await {
+        let f = f.map_err(|e| describe_hyper_body(&e))?;
+        if let Some(d) = f.data_ref() {
+            if out.len() + d.len() > limit {
+                return Err(format!("response body longer than {limit} bytes"));
+            }
+            out.extend_from_slice(d);
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
+/// The server's error message from an error body (`{"error": {"message": ...}}`, vLLM's older
+/// `{"message": ...}`, or the text itself, shortened).
+pub fn server_message(body: &[u8]) -> String {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+        if let Some(e) = v.get("error") {
+            return sse::error_message(e);
+        }
+        if let Some(serde_json::Value::String(m)) = v.get("message") {
+            return m.clone();
+        }
+        if let Some(serde_json::Value::String(m)) = v.get("detail") {
+            return m.clone();
+        }
+    }
+    let t = String::from_utf8_lossy(body);
+    let t = t.trim();
+    if t.is_empty() {
+        "(empty body)".to_string()
+    } else {
+        t.chars().take(500).collect()
+    }
+}
+
+/// A request encoded for the wire, ready to send (possibly many times).
+#[derive(Debug, Clone)]
+pub struct PreparedRequest {
+    /// Class index.
+    pub class: usize,
+    /// Endpoint.
+    pub endpoint: Endpoint,
+    /// JSON body.
+    pub body: Bytes,
+    /// Requested prompt tokens (synthesis target).
+    pub requested_prompt_tokens: u32,
+    /// `max_tokens`.
+    pub max_tokens: u32,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct ChatMessage<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    messages: Option<&'a [ChatMessage<'a>]>,
+    max_tokens: u32,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    ignore_eos: bool,
+}
+
+impl PreparedRequest {
+    /// Encodes a drawn request: chat puts the shared prefix in a system message and the prompt in
+    /// a user message; completions sends `prefix + prompt` as one `prompt`. Always `stream: true`
+    /// and `stream_options: {include_usage: true}`; `ignore_eos` only when set (a vLLM extension).
+    pub fn encode(d: &DrawnRequest, model: Option<&str>) -> PreparedRequest {
+        let joined;
+        let sys = [
+            ChatMessage {
+                role: "system",
+                content: &d.prefix,
+            },
+            ChatMessage {
+                role: "user",
+                content: &d.prompt,
+            },
+        ];
+        let (prompt, messages) = match d.endpoint {
+            Endpoint::Completions => {
+                joined = format!("{}{}", d.prefix, d.prompt);
+                (Some(joined.as_str()), None)
+            }
+            Endpoint::Chat if d.prefix.is_empty() => (None, Some(&sys[1..])),
+            Endpoint::Chat => (None, Some(&sys[..])),
+        };
+        let body = Body {
+            model,
+            prompt,
+            messages,
+            max_tokens: d.max_tokens,
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+            ignore_eos: d.ignore_eos,
+        };
+        // Serialising plain strings and numbers cannot fail.
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        PreparedRequest {
+            class: d.class,
+            endpoint: d.endpoint,
+            body: Bytes::from(bytes),
+            requested_prompt_tokens: d.requested_prompt_tokens,
+            max_tokens: d.max_tokens,
+        }
+    }
+}
+
+/// What one request measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    /// Class index.
+    pub class: usize,
+    /// Start (intended send time) as ns since the level start; set by the runner.
+    pub start_offset_ns: u64,
+    /// Actual hand-over to the HTTP stack minus start, ns.
+    pub send_lag_ns: u64,
+    /// Content chunk times, end of stream and output tokens (from `usage`), ns since start.
+    pub timing: RequestTiming,
+    /// `usage.prompt_tokens` (realised prompt length), when the server sent usage.
+    pub prompt_tokens: Option<u32>,
+    /// Prompt tokens the workload asked for.
+    pub requested_prompt_tokens: u32,
+    /// `max_tokens` sent.
+    pub requested_max_tokens: u32,
+    /// `finish_reason` as sent.
+    pub finish_reason: Option<String>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// SSE data events received (content, role-only, usage, `[DONE]`).
+    pub sse_events: u32,
+    /// Server error message or client-side reason, for non-success outcomes.
+    pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn drawn(endpoint: Endpoint, prefix: &str) -> DrawnRequest {
+        DrawnRequest {
+            class: 1,
+            endpoint,
+            prefix: Arc::from(prefix),
+            prompt: " hello world".into(),
+            requested_prompt_tokens: 4,
+            max_tokens: 7,
+            ignore_eos: true,
+        }
+    }
+
+    #[test]
+    fn bodies_as_openai_expects() {
+        let p = PreparedRequest::encode(&drawn(Endpoint::Completions, "sys text"), Some("tiny"));
+        let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"model": "tiny", "prompt": "sys text hello world", "max_tokens": 7,
+                "stream": true, "stream_options": {"include_usage": true}, "ignore_eos": true})
+        );
+        let p = PreparedRequest::encode(&drawn(Endpoint::Chat, "sys"), None);
+        let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"messages": [{"role": "system", "content": "sys"},
+                {"role": "user", "content": " hello world"}], "max_tokens": 7,
+                "stream": true, "stream_options": {"include_usage": true}, "ignore_eos": true})
+        );
+        let mut d = drawn(Endpoint::Chat, "");
+        d.ignore_eos = false;
+        let v: serde_json::Value =
+            serde_json::from_slice(&PreparedRequest::encode(&d, Some("m")).body).unwrap();
+        assert_eq!(v["messages"].as_array().unwrap().len(), 1);
+        assert!(v.get("ignore_eos").is_none());
+    }
+
+    #[test]
+    fn target_urls() {
+        let t = Target::new("http://127.0.0.1:8000/v1/", Some("sk-secret"), None).unwrap();
+        assert_eq!(t.base_url(), "http://127.0.0.1:8000");
+        assert_eq!(
+            t.uri(Endpoint::Chat).to_string(),
+            "http://127.0.0.1:8000/v1/chat/completions"
+        );
+        let dbg = format!("{t:?}");
+        assert!(
+            !dbg.contains("sk-secret") && dbg.contains("redacted"),
+            "{dbg}"
+        );
+        let t = Target::new("http://gw:80/llm", None, Some("m")).unwrap();
+        assert_eq!(
+            t.uri(Endpoint::Completions).to_string(),
+            "http://gw:80/llm/v1/completions"
+        );
+        assert_eq!(t.with_model("x").model(), Some("x"));
+        for (u, needle) in [
+            ("https://x", "https is not supported"),
+            ("127.0.0.1:8000", "scheme"),
+            ("http://", "expected a base URL"),
+            ("http://u:pw@h:1", "credentials"),
+        ] {
+            let e = Target::new(u, None, None).unwrap_err().to_string();
+            assert!(e.contains(needle), "{u}: {e}");
+            assert!(!e.contains("pw@"), "{e}");
+        }
+        assert_eq!(
+            Target::new("http://h:1", Some("bad\nkey"), None).unwrap_err(),
+            TargetError::BadApiKey
+        );
+    }
+
+    #[test]
+    fn error_bodies_from_fixtures() {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/fixtures/openai");
+        let raw = std::fs::read(dir.join("error_unknown_model.txt")).unwrap();
+        let i = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        assert_eq!(
+            server_message(&raw[i + 4..]),
+            "The model `nope` does not exist. Valid aliases: tiny."
+        );
+        assert_eq!(
+            server_message(b"Internal Server Error"),
+            "Internal Server Error"
+        );
+        assert_eq!(server_message(b""), "(empty body)");
+    }
+}

@@ -1,0 +1,595 @@
+//! Incremental Server-Sent Events parsing and the interpretation of OpenAI stream chunks.
+//!
+//! Two layers, both allocation-free in the steady state:
+//! - [`SseSplitter`]: bytes → events, per the WHATWG HTML "server-sent events" rules that matter
+//!   here: lines end in LF, CRLF or a lone CR (a CRLF split across two frames is one line end);
+//!   `data:` lines (one optional space after the colon is dropped) accumulate, joined by LF; an
+//!   empty line dispatches the event; lines starting with `:` are comments; other fields (`event`,
+//!   `id`, `retry`) are ignored. Events may be split across frames at any byte.
+//! - [`StreamState`]: events → what a request saw. `[DONE]` ends the stream; every other event is
+//!   an OpenAI chunk whose `choices[0].text` (completions) or `choices[0].delta.content` (chat;
+//!   also `reasoning_content` / `reasoning` of reasoning models) decides whether it carries
+//!   generated text — a role-only chunk (`delta: {role, content: ""}`) does not; `finish_reason`
+//!   and `usage` (the final chunk with empty `choices`, or every chunk with continuous usage) are
+//!   kept; an error object (`{"error": {...}}`, or vLLM's older top-level `{"object": "error",
+//!   "message": ...}`) marks a server error mid-stream.
+//!
+//! Only the fields needed are decoded, with borrowed strings and a first-element-only `choices`
+//! visitor, so a chunk costs one JSON scan and no allocation.
+
+use headroom_core::Outcome;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use std::borrow::Cow;
+use std::fmt;
+
+/// Splits a byte stream into SSE events (see the module docs).
+#[derive(Debug, Default)]
+pub struct SseSplitter {
+    /// Bytes of an unfinished line carried over from earlier frames.
+    partial: Vec<u8>,
+    /// Data of the event being assembled.
+    data: Vec<u8>,
+    /// True once a `data` field was seen for the current event.
+    has_data: bool,
+    /// The previous frame ended in CR: a leading LF in the next frame belongs to that line end.
+    after_cr: bool,
+}
+
+impl SseSplitter {
+    /// A splitter with buffers sized for typical chunks.
+    pub fn new() -> SseSplitter {
+        SseSplitter {
+            partial: Vec::with_capacity(512),
+            data: Vec::with_capacity(512),
+            has_data: false,
+            after_cr: false,
+        }
+    }
+
+    /// Clears state for reuse on a new stream (keeps the buffers).
+    pub fn reset(&mut self) {
+        self.partial.clear();
+        self.data.clear();
+        self.has_data = false;
+        self.after_cr = false;
+    }
+
+    /// Feeds one frame; calls `on_event` with the data of every event it completes.
+    pub fn feed(&mut self, mut bytes: &[u8], on_event: &mut impl FnMut(&[u8])) {
+        if self.after_cr {
+            self.after_cr = false;
+            if let Some(rest) = bytes.strip_prefix(b"\n") {
+                bytes = rest;
+            }
+        }
+        while !bytes.is_empty() {
+            let Some(pos) = bytes.iter().position(|b| *b == b'\n' || *b == b'\r') else {
+                self.partial.extend_from_slice(bytes);
+                return;
+            };
+            let line_end = bytes[pos];
+            let mut next = pos + 1;
+            if line_end == b'\r' {
+                if next < bytes.len() {
+                    if bytes[next] == b'\n' {
+                        next += 1;
+                    }
+                } else {
+                    self.after_cr = true;
+                }
+            }
+            if self.partial.is_empty() {
+                self.line(&bytes[..pos], on_event);
+            } else {
+                let mut line = std::mem::take(&mut self.partial);
+                line.extend_from_slice(&bytes[..pos]);
+                self.line(&line, on_event);
+                line.clear();
+                self.partial = line;
+            }
+            bytes = &bytes[next..];
+        }
+    }
+
+    /// End of stream: an unfinished line is processed and a pending event dispatched (a stream
+    /// may end without the final blank line).
+    pub fn finish(&mut self, on_event: &mut impl FnMut(&[u8])) {
+        if !self.partial.is_empty() {
+            let line = std::mem::take(&mut self.partial);
+            self.line(&line, on_event);
+        }
+        self.line(b"", on_event);
+    }
+
+    fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(&[u8])) {
+        if line.is_empty() {
+            if self.has_data {
+                on_event(&self.data);
+                self.data.clear();
+                self.has_data = false;
+            }
+            return;
+        }
+        if line[0] == b':' {
+            return; // comment
+        }
+        let (field, value) = match line.iter().position(|b| *b == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        if field == b"data" {
+            if self.has_data {
+                self.data.push(b'\n');
+            }
+            self.data.extend_from_slice(value);
+            self.has_data = true;
+        }
+    }
+}
+
+/// `usage` of an OpenAI response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub struct Usage {
+    /// `usage.prompt_tokens`.
+    #[serde(default)]
+    pub prompt_tokens: Option<u32>,
+    /// `usage.completion_tokens`.
+    #[serde(default)]
+    pub completion_tokens: Option<u32>,
+}
+
+/// What one stream showed, accumulated event by event.
+#[derive(Debug, Clone, Default)]
+pub struct StreamState {
+    /// Arrival (ns since the request start) of every chunk carrying generated text.
+    pub content_chunk_ns: Vec<u64>,
+    /// SSE data events received (all kinds).
+    pub events: u32,
+    /// The last `usage` seen.
+    pub usage: Option<Usage>,
+    /// `finish_reason` of the first choice, when sent.
+    pub finish_reason: Option<String>,
+    /// `[DONE]` arrived.
+    pub done: bool,
+    /// Arrival of `[DONE]`, ns since the request start.
+    pub done_ns: Option<u64>,
+    /// Server error message from an error object in the stream.
+    pub server_error: Option<String>,
+    /// First event that could not be understood (bad JSON), with the reason.
+    pub protocol_error: Option<String>,
+}
+
+impl StreamState {
+    /// Clears for reuse (keeps the timestamp buffer's capacity).
+    pub fn reset(&mut self) {
+        self.content_chunk_ns.clear();
+        self.events = 0;
+        self.usage = None;
+        self.finish_reason = None;
+        self.done = false;
+        self.done_ns = None;
+        self.server_error = None;
+        self.protocol_error = None;
+    }
+
+    /// Interprets one event's data, which arrived at `t_ns`.
+    pub fn on_event(&mut self, data: &[u8], t_ns: u64) {
+        self.events += 1;
+        if data == b"[DONE]" {
+            self.done = true;
+            self.done_ns.get_or_insert(t_ns);
+            return;
+        }
+        let msg: ChunkMsg<'_> = match serde_json::from_slice(data) {
+            Ok(m) => m,
+            Err(e) => {
+                if self.protocol_error.is_none() {
+                    let shown = String::from_utf8_lossy(&data[..data.len().min(200)]);
+                    self.protocol_error = Some(format!("bad JSON in SSE event ({e}): {shown}"));
+                }
+                return;
+            }
+        };
+        if let Some(err) = msg.error {
+            self.server_error.get_or_insert_with(|| error_message(&err));
+            return;
+        }
+        if msg.object.as_deref() == Some("error") {
+            let m = msg
+                .message
+                .as_deref()
+                .unwrap_or("error object without a message");
+            self.server_error.get_or_insert_with(|| m.to_string());
+            return;
+        }
+        if let Some(u) = msg.usage {
+            self.usage = Some(u);
+        }
+        if let Some(c) = msg.choices.0 {
+            let delta_content = c
+                .delta
+                .is_some_and(|d| d.content.0 || d.reasoning_content.0 || d.reasoning.0);
+            if c.text.0 || delta_content {
+                self.content_chunk_ns.push(t_ns);
+            }
+            if let Some(fr) = c.finish_reason
+                && self.finish_reason.is_none()
+            {
+                self.finish_reason = Some(fr.into_owned());
+            }
+        }
+    }
+
+    /// How the request ended, given how the body ended: `transport_error` when the connection
+    /// failed mid-body.
+    ///
+    /// Precedence: a server error object → `error`; a `finish_reason` → its outcome (`stop`,
+    /// `length`, `abort`, `error`; an unrecognised reason such as `tool_calls` counts as `stop`, a
+    /// normal completion); otherwise a transport failure → `transport`; otherwise (clean end
+    /// without a finish reason, or undecodable events) → `protocol`.
+    pub fn outcome(&self, transport_error: bool) -> Outcome {
+        if self.server_error.is_some() {
+            return Outcome::Error;
+        }
+        if let Some(fr) = &self.finish_reason {
+            return Outcome::from_finish_reason(fr).unwrap_or(Outcome::Stop);
+        }
+        if transport_error {
+            Outcome::Transport
+        } else {
+            Outcome::Protocol
+        }
+    }
+}
+
+/// The message of an OpenAI error object (`{"message": ...}`), or the object as JSON.
+pub fn error_message(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(o) => match o.get("message") {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            _ => v.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+#[derive(Deserialize)]
+struct ChunkMsg<'a> {
+    #[serde(default, borrow)]
+    choices: FirstChoice<'a>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+    #[serde(default, borrow)]
+    object: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    message: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default)]
+    text: NonEmpty,
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+struct Delta {
+    #[serde(default)]
+    content: NonEmpty,
+    #[serde(default)]
+    reasoning_content: NonEmpty,
+    #[serde(default)]
+    reasoning: NonEmpty,
+}
+
+/// Whether a string field is present and non-empty (null, absent and `""` are false), decoded
+/// without keeping the string.
+#[derive(Default, Clone, Copy)]
+struct NonEmpty(bool);
+
+impl<'de> Deserialize<'de> for NonEmpty {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NonEmpty;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or null")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(!v.is_empty()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<NonEmpty, D2::Error> {
+                d.deserialize_any(V)
+            }
+        }
+        d.deserialize_option(V)
+    }
+}
+
+/// `choices`, keeping only the first element (no allocation for the list).
+#[derive(Default)]
+struct FirstChoice<'a>(Option<Choice<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for FirstChoice<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = FirstChoice<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of choices or null")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<FirstChoice<'a>, A::Error> {
+                let first = a.next_element::<Choice<'a>>()?;
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(FirstChoice(first))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<FirstChoice<'a>, E> {
+                Ok(FirstChoice(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<FirstChoice<'a>, E> {
+                Ok(FirstChoice(None))
+            }
+            fn visit_some<D2: Deserializer<'de>>(
+                self,
+                d: D2,
+            ) -> Result<FirstChoice<'a>, D2::Error> {
+                d.deserialize_seq(self)
+            }
+        }
+        d.deserialize_option(V(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/fixtures/openai")
+            .join(name);
+        let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        // Some fixtures are whole HTTP responses: keep the body after the blank line.
+        if raw.starts_with(b"HTTP/") {
+            let i = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+            raw[i + 4..].to_vec()
+        } else {
+            raw
+        }
+    }
+
+    /// Parses `bytes` delivered as two frames split at `split`, each event stamped with the index
+    /// of the frame that completed it.
+    fn run(bytes: &[u8], splits: &[usize]) -> StreamState {
+        let mut sp = SseSplitter::new();
+        let mut st = StreamState::default();
+        let mut last = 0;
+        let mut cuts: Vec<usize> = splits.to_vec();
+        cuts.push(bytes.len());
+        for (i, c) in cuts.iter().enumerate() {
+            sp.feed(&bytes[last..*c], &mut |ev| st.on_event(ev, i as u64));
+            last = *c;
+        }
+        sp.finish(&mut |ev| st.on_event(ev, 99));
+        st
+    }
+
+    struct Expect {
+        file: &'static str,
+        content_chunks: usize,
+        events: u32,
+        prompt: u32,
+        completion: u32,
+        finish: &'static str,
+    }
+
+    // Read off the fixture files by hand: count the `data:` lines whose choices[0] carries a
+    // non-empty `text` or `delta.content`; usage from the chunk with `"choices":[]`.
+    const FIXTURES: &[Expect] = &[
+        // role-only first chunk, then " comparison", " comparison", "exception", " comparison"
+        // (finish length), usage chunk, [DONE]
+        Expect {
+            file: "chat_stream.txt",
+            content_chunks: 4,
+            events: 7,
+            prompt: 17,
+            completion: 4,
+            finish: "length",
+        },
+        // usage on every chunk; role chunk, " consists", "INT", " representation", usage, [DONE]
+        Expect {
+            file: "chat_stream_continuous_usage.txt",
+            content_chunks: 3,
+            events: 6,
+            prompt: 12,
+            completion: 3,
+            finish: "length",
+        },
+        // role chunk, " Th", "ser", "Container", usage + metrics, [DONE]
+        Expect {
+            file: "chat_stream_per_request_metrics.txt",
+            content_chunks: 3,
+            events: 6,
+            prompt: 11,
+            completion: 3,
+            finish: "length",
+        },
+        // "ch", "ar", "95" (finish stop, stop_reason "nop"), usage, [DONE]
+        Expect {
+            file: "completion_stop_stream.txt",
+            content_chunks: 3,
+            events: 5,
+            prompt: 9,
+            completion: 3,
+            finish: "stop",
+        },
+        // "char", "95", "nop", "framer", ":]:" (finish length), usage, [DONE]
+        Expect {
+            file: "completion_stream.txt",
+            content_chunks: 5,
+            events: 7,
+            prompt: 9,
+            completion: 5,
+            finish: "length",
+        },
+    ];
+
+    #[test]
+    fn every_stream_fixture_is_covered() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/openai");
+        for e in std::fs::read_dir(dir).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            if name.contains("stream") && name.ends_with(".txt") && !name.contains("nonstream") {
+                assert!(
+                    FIXTURES.iter().any(|f| f.file == name),
+                    "stream fixture {name} has no expectation"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn fixtures_at_every_split_point() {
+        for f in FIXTURES {
+            let bytes = fixture(f.file);
+            for split in 0..=bytes.len() {
+                let st = run(&bytes, &[split]);
+                let ctx = format!("{} split at {split}", f.file);
+                assert_eq!(st.content_chunk_ns.len(), f.content_chunks, "{ctx}");
+                assert_eq!(st.events, f.events, "{ctx}");
+                assert_eq!(
+                    st.usage,
+                    Some(Usage {
+                        prompt_tokens: Some(f.prompt),
+                        completion_tokens: Some(f.completion)
+                    }),
+                    "{ctx}"
+                );
+                assert_eq!(st.finish_reason.as_deref(), Some(f.finish), "{ctx}");
+                assert!(st.done, "{ctx}");
+                assert_eq!(st.protocol_error, None, "{ctx}");
+                assert_eq!(st.server_error, None, "{ctx}");
+                // timestamps are those of the frame that completed each event
+                assert!(st.content_chunk_ns.iter().all(|t| *t <= 1), "{ctx}");
+                assert_eq!(
+                    st.outcome(false),
+                    Outcome::from_finish_reason(f.finish).unwrap()
+                );
+            }
+            // byte by byte
+            let splits: Vec<usize> = (1..bytes.len()).collect();
+            let st = run(&bytes, &splits);
+            assert_eq!(st.content_chunk_ns.len(), f.content_chunks, "{}", f.file);
+            assert!(st.content_chunk_ns.windows(2).all(|w| w[0] < w[1]));
+        }
+    }
+
+    #[test]
+    fn crlf_comments_and_multiline_data() {
+        let crlf: Vec<u8> = String::from_utf8(fixture("completion_stream.txt"))
+            .unwrap()
+            .replace('\n', "\r\n")
+            .into_bytes();
+        let cr: Vec<u8> = String::from_utf8(fixture("completion_stream.txt"))
+            .unwrap()
+            .replace('\n', "\r")
+            .into_bytes();
+        for bytes in [&crlf, &cr] {
+            for split in 0..=bytes.len() {
+                let st = run(bytes, &[split]);
+                assert_eq!(st.content_chunk_ns.len(), 5, "split {split}");
+                assert_eq!(st.events, 7, "split {split}");
+                assert!(st.done);
+            }
+        }
+        let text = ": keep-alive\n\nevent: message\nid: 1\ndata: {\"choices\":\ndata: [{\"text\":\"a\"}]}\n\n: ping\ndata:[DONE]\n\n";
+        let st = run(text.as_bytes(), &[]);
+        assert_eq!(st.events, 2);
+        assert_eq!(st.content_chunk_ns.len(), 1);
+        assert!(st.done);
+        assert_eq!(st.protocol_error, None);
+    }
+
+    #[test]
+    fn error_object_mid_stream() {
+        let text = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
+data: {\"error\": {\"object\": \"error\", \"message\": \"The engine is dead\", \"type\": \"InternalServerError\", \"code\": 500}}\n\n\
+data: [DONE]\n\n";
+        let st = run(text.as_bytes(), &[40]);
+        assert_eq!(st.content_chunk_ns.len(), 1);
+        assert_eq!(st.server_error.as_deref(), Some("The engine is dead"));
+        assert_eq!(st.outcome(false), Outcome::Error);
+        let old = "data: {\"object\": \"error\", \"message\": \"boom\", \"code\": 400}\n\n";
+        let st = run(old.as_bytes(), &[]);
+        assert_eq!(st.server_error.as_deref(), Some("boom"));
+    }
+
+    #[test]
+    fn replacement_characters_and_escapes_count_as_content() {
+        // U+FFFD (bytes EF BF BD) as vLLM emits for a partial UTF-8 sequence, and an escaped one
+        let text = "data: {\"choices\":[{\"text\":\"\u{FFFD}\",\"finish_reason\":null}]}\n\n\
+data: {\"choices\":[{\"text\":\"\\ufffd\\n\",\"finish_reason\":\"length\"}]}\n\n\
+data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\n\
+data: [DONE]\n\n";
+        for split in 0..=text.len() {
+            let st = run(text.as_bytes(), &[split]);
+            assert_eq!(st.content_chunk_ns.len(), 2, "split {split}");
+            assert_eq!(st.finish_reason.as_deref(), Some("length"));
+            assert_eq!(st.outcome(false), Outcome::Length);
+        }
+    }
+
+    #[test]
+    fn broken_streams() {
+        // bad JSON → protocol; clean end without finish → protocol; cut mid-stream → transport
+        let st = run(b"data: {not json}\n\ndata: [DONE]\n\n", &[]);
+        assert!(st.protocol_error.as_deref().unwrap().contains("bad JSON"));
+        assert_eq!(st.outcome(false), Outcome::Protocol);
+        let st = run(b"data: {\"choices\":[{\"text\":\"a\"}]}\n\n", &[]);
+        assert_eq!(st.outcome(false), Outcome::Protocol);
+        assert_eq!(st.outcome(true), Outcome::Transport);
+        // a stream that ends without its final blank line still delivers the event
+        let st = run(
+            b"data: {\"choices\":[{\"text\":\"a\",\"finish_reason\":\"stop\"}]}",
+            &[],
+        );
+        assert_eq!(st.content_chunk_ns, vec![99]);
+        assert_eq!(st.outcome(true), Outcome::Stop);
+        // unknown finish reasons are normal completions; abort is the server's
+        let st = run(b"data: {\"choices\":[{\"delta\":{\"content\":null},\"finish_reason\":\"tool_calls\"}]}\n\n", &[]);
+        assert_eq!(st.content_chunk_ns.len(), 0);
+        assert_eq!(st.outcome(false), Outcome::Stop);
+        let st = run(
+            b"data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"abort\"}]}\n\n",
+            &[],
+        );
+        assert_eq!(st.outcome(false), Outcome::Abort);
+    }
+
+    #[test]
+    fn reasoning_deltas_count_as_generated_text() {
+        let st = run(
+            b"data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"reasoning\":\"ok\",\"content\":null}}]}\n\n",
+            &[],
+        );
+        assert_eq!(st.content_chunk_ns.len(), 2);
+    }
+}

@@ -1,0 +1,246 @@
+//! The streaming client against the loopback stub server: timing, usage, and every outcome.
+//! Every test is bounded (timeouts of a few seconds) and the stub stops when dropped.
+
+use headroom_core::Outcome;
+use headroom_load::client::{CancellationFlag, ClientConfig, PreparedRequest, Target};
+use headroom_load::prompt::DrawnRequest;
+use headroom_load::testkit::{StubConfig, StubFault, StubServer};
+use headroom_load::workload::Endpoint;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn request(endpoint: Endpoint, max_tokens: u32) -> PreparedRequest {
+    PreparedRequest::encode(
+        &DrawnRequest {
+            class: 0,
+            endpoint,
+            prefix: Arc::from("system words"),
+            prompt: " three more words".into(),
+            requested_prompt_tokens: 5,
+            max_tokens,
+            ignore_eos: true,
+        },
+        Some("tiny"),
+    )
+}
+
+fn target(stub: &StubServer, timeout: Duration) -> Target {
+    Target::with_config(
+        &stub.url(),
+        Some("sk-test"),
+        Some("tiny"),
+        ClientConfig {
+            request_timeout: timeout,
+            ..ClientConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+const MS: u64 = 1_000_000;
+
+#[tokio::test]
+async fn chat_stream_timing_and_usage() {
+    let stub = StubServer::start(StubConfig {
+        ttft: Duration::from_millis(40),
+        itl: Duration::from_millis(10),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = target(&stub, Duration::from_secs(10));
+    let start = Instant::now();
+    let r = t
+        .send(&request(Endpoint::Chat, 6), start, &CancellationFlag::new())
+        .await;
+    assert_eq!(r.outcome, Outcome::Length, "{:?}", r.message);
+    // 6 content chunks; the role-only chunk does not count
+    assert_eq!(r.timing.content_chunk_ns.len(), 6);
+    // role + 6 content + usage + [DONE]
+    assert_eq!(r.sse_events, 9);
+    assert_eq!(r.timing.output_tokens, Some(6));
+    // the stub counts words: "system words" + "three more words"
+    assert_eq!(r.prompt_tokens, Some(5));
+    assert_eq!(r.finish_reason.as_deref(), Some("length"));
+    let ttft = r.timing.ttft_ns().unwrap();
+    assert!((40 * MS..1_000 * MS).contains(&ttft), "ttft {ttft}");
+    let itl: Vec<u64> = r.timing.itl_ns().collect();
+    assert_eq!(itl.len(), 5);
+    assert!(itl.iter().all(|g| *g >= 9 * MS), "{itl:?}");
+    // e2e ≥ 40 + 5·10 ms, and the end is after the last content chunk
+    assert!(r.timing.end_ns >= 90 * MS);
+    assert!(r.timing.end_ns >= *r.timing.content_chunk_ns.last().unwrap());
+    let tpot = r.timing.tpot_ns().unwrap();
+    assert!(tpot >= 9 * MS, "tpot {tpot}");
+    assert!(r.send_lag_ns < 50 * MS);
+    assert_eq!(r.requested_max_tokens, 6);
+}
+
+#[tokio::test]
+async fn completions_stream() {
+    let stub = StubServer::start(StubConfig::default()).unwrap();
+    let t = target(&stub, Duration::from_secs(10));
+    let r = t
+        .send(
+            &request(Endpoint::Completions, 50),
+            Instant::now(),
+            &CancellationFlag::new(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Length);
+    assert_eq!(r.timing.content_chunk_ns.len(), 50);
+    assert_eq!(r.sse_events, 52);
+    assert_eq!(r.timing.output_tokens, Some(50));
+}
+
+#[tokio::test]
+async fn http_errors_carry_the_server_message() {
+    let stub = StubServer::start(StubConfig {
+        fault: StubFault::Status(503, "overloaded, retry later".into()),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = target(&stub, Duration::from_secs(10));
+    let r = t
+        .send(
+            &request(Endpoint::Chat, 5),
+            Instant::now(),
+            &CancellationFlag::new(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::HttpStatus(503));
+    assert_eq!(r.message.as_deref(), Some("overloaded, retry later"));
+    assert!(r.timing.content_chunk_ns.is_empty());
+
+    // wrong model: vLLM's 404 with its message
+    let mut d = request(Endpoint::Chat, 5);
+    d.body =
+        serde_json::to_vec(&serde_json::json!({"model": "nope", "prompt": "x", "stream": true}))
+            .unwrap()
+            .into();
+    let ok = StubServer::start(StubConfig::default()).unwrap();
+    let r = target(&ok, Duration::from_secs(5))
+        .send(&d, Instant::now(), &CancellationFlag::new())
+        .await;
+    assert_eq!(r.outcome, Outcome::HttpStatus(404));
+    assert!(r.message.unwrap().contains("does not exist"));
+}
+
+#[tokio::test]
+async fn error_object_mid_stream_is_a_server_error() {
+    let stub = StubServer::start(StubConfig {
+        fault: StubFault::ErrorAfter(3),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let r = target(&stub, Duration::from_secs(10))
+        .send(
+            &request(Endpoint::Chat, 10),
+            Instant::now(),
+            &CancellationFlag::new(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Error);
+    assert_eq!(r.timing.content_chunk_ns.len(), 3);
+    assert_eq!(r.message.as_deref(), Some("injected engine failure"));
+}
+
+#[tokio::test]
+async fn dropped_connection_is_transport() {
+    let stub = StubServer::start(StubConfig {
+        fault: StubFault::DropAfter(4),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let r = target(&stub, Duration::from_secs(10))
+        .send(
+            &request(Endpoint::Completions, 10),
+            Instant::now(),
+            &CancellationFlag::new(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Transport, "{:?}", r.message);
+    assert_eq!(r.timing.content_chunk_ns.len(), 4);
+}
+
+#[tokio::test]
+async fn timeout_and_cancel() {
+    let stub = StubServer::start(StubConfig {
+        fault: StubFault::Stall,
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = target(&stub, Duration::from_millis(300));
+    let start = Instant::now();
+    let r = t
+        .send(
+            &request(Endpoint::Chat, 10),
+            start,
+            &CancellationFlag::new(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Timeout);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert!(r.timing.end_ns >= 300 * MS);
+
+    let t = target(&stub, Duration::from_secs(30));
+    let cancel = CancellationFlag::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c2.cancel();
+    });
+    let start = Instant::now();
+    let r = t.send(&request(Endpoint::Chat, 10), start, &cancel).await;
+    assert_eq!(r.outcome, Outcome::ClientCancel);
+    assert!(start.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn unreachable_target_is_transport() {
+    // bind then drop a listener: the port is (almost certainly) closed
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t = Target::with_config(
+        &format!("http://127.0.0.1:{port}"),
+        None,
+        None,
+        ClientConfig {
+            request_timeout: Duration::from_secs(5),
+            ..ClientConfig::default()
+        },
+    )
+    .unwrap();
+    let r = t
+        .send(
+            &request(Endpoint::Chat, 3),
+            Instant::now(),
+            &CancellationFlag::new(),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Transport);
+    assert!(r.message.unwrap().to_lowercase().contains("connect"));
+}
+
+#[tokio::test]
+async fn many_concurrent_streams_on_one_thread() {
+    let stub = StubServer::start(StubConfig {
+        itl: Duration::from_millis(2),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = target(&stub, Duration::from_secs(20));
+    let cancel = CancellationFlag::new();
+    let req = request(Endpoint::Completions, 20);
+    let futs = (0..300).map(|_| t.send(&req, Instant::now(), &cancel));
+    let recs = futures_util::future::join_all(futs).await;
+    assert!(recs.iter().all(|r| r.outcome == Outcome::Length));
+    assert!(recs.iter().all(|r| r.timing.content_chunk_ns.len() == 20));
+    assert_eq!(stub.requests(), 300);
+}
