@@ -1,1 +1,453 @@
-//! placeholder
+//! The analysis: (window, client view, SLO) → [`Assessment`]. Pure functions: no I/O, no clock.
+//!
+//! An assessment has the six steps of `DESIGN.md` (where latency goes; efficiency; workload
+//! shape; outcomes; the GPU as an independent witness; KV pool versus VRAM and tokens per watt),
+//! a verdict per objective, the decision-table findings ([`rules::RULES`]) with evidence and
+//! confidence, and — when the evidence is not valid — a refusal with its reasons, in which case
+//! every verdict is INCONCLUSIVE.
+//!
+//! Objectives are judged on the server's histograms when no client view is given (`headroom
+//! diagnose`): the bad share at the threshold is bracketed by the histogram's buckets
+//! ([`headroom_signals::Histogram::fraction_le`]) and a verdict is given only when the whole
+//! bracket is on one side of the allowed share. With a client view (`headroom sweep`), the
+//! client's own objective results are the record, and the server's are used only for objectives
+//! the client cannot measure.
+
+pub mod facts;
+pub mod rules;
+mod steps;
+
+use headroom_core::run::{ClientHealth, ObjectiveResult};
+use headroom_core::stats::min_samples_for_percentile;
+use headroom_core::verdict::{Confidence, Finding};
+use headroom_core::{LatencySignal, Objective, SloSpec, Verdict};
+use headroom_signals::{Engine, Signal, Window};
+use serde::Serialize;
+
+pub use facts::Facts;
+pub use rules::{Category, RULES, Rule};
+
+/// What the load generator saw over the same window (sweep levels only).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClientView {
+    /// Objective results decided on client measurements (TTFT, ITL, TPOT, E2E, error rate).
+    pub objectives: Vec<ObjectiveResult>,
+    /// The client's health (CPU use, send lag).
+    pub health: Option<ClientHealth>,
+    /// Requests the client saw finish with a server outcome (`stop`, `length`, `error`, `abort`)
+    /// over the same span as the server's counters.
+    pub requests_finished: Option<u64>,
+    /// Σ `usage.completion_tokens` over the same span.
+    pub output_tokens: Option<u64>,
+    /// Set when the realised workload drifted from its spec (what drifted).
+    pub workload_drift: Option<String>,
+}
+
+/// One figure of a step, with its source metric.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Figure {
+    /// Name with unit suffix (`queue_time_mean_s`, `prefix_cache_hit_ratio`).
+    pub name: String,
+    /// Value.
+    pub value: f64,
+    /// Unit (`s`, `ratio`, `tokens`, `%`, `W`, …).
+    pub unit: String,
+    /// Metric(s) it comes from, and the precision bracket for quantiles.
+    pub source: String,
+}
+
+/// One of the six analysis steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// 1–6.
+    pub number: u8,
+    /// Title (`Where latency goes`, …).
+    pub title: String,
+    /// Figures, in reading order.
+    pub figures: Vec<Figure>,
+    /// Sentences (what the figures say, what is missing).
+    pub remarks: Vec<String>,
+}
+
+/// A finding with its category (JSON: the core [`Finding`] fields plus `category`, `watch`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RuledFinding {
+    /// The finding (stable `id`, title, bottleneck, action, trade-off, evidence, confidence).
+    #[serde(flatten)]
+    pub finding: Finding,
+    /// Kind of statement.
+    pub category: Category,
+    /// Metrics to watch after acting.
+    pub watch: Vec<String>,
+}
+
+/// The whole judgement of one window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Assessment {
+    /// Combined verdict (any FAIL fails; any INCONCLUSIVE is inconclusive; INCONCLUSIVE when
+    /// refused).
+    pub verdict: Verdict,
+    /// Reasons the evidence is not valid; non-empty means the verdict is refused.
+    pub refused: Vec<String>,
+    /// Per objective.
+    pub objectives: Vec<ObjectiveResult>,
+    /// The six steps.
+    pub steps: Vec<Step>,
+    /// Decision-table findings, in table order (bottlenecks first).
+    pub findings: Vec<RuledFinding>,
+    /// Anything else (counter resets, missing metrics, version hint).
+    pub notes: Vec<String>,
+}
+
+impl Assessment {
+    /// The finding with this id, if it fired.
+    pub fn finding(&self, id: &str) -> Option<&RuledFinding> {
+        self.findings.iter().find(|f| f.finding.id == id)
+    }
+
+    /// Ids of the findings that fired, in order.
+    pub fn finding_ids(&self) -> Vec<&str> {
+        self.findings
+            .iter()
+            .map(|f| f.finding.id.as_str())
+            .collect()
+    }
+}
+
+/// Judges one window against `slo`, with the client's view when there is one.
+pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> Assessment {
+    let facts = Facts::of(window);
+    let mut notes = Vec::new();
+    if let Some(v) = &window.version_hint {
+        notes.push(format!("{} {v}", window.engine.name()));
+    }
+    if window.since_server_start {
+        notes.push(
+            "window runs since server start (a single scrape): counters count from 0".to_owned(),
+        );
+    }
+    for r in &window.counter_resets {
+        notes.push(format!(
+            "{r} (server restarted?); deltas include the values before the reset"
+        ));
+    }
+    for (sig, names) in &window.missing {
+        notes.push(format!(
+            "{} not exported (looked for {})",
+            sig.name(),
+            names.join(", ")
+        ));
+    }
+    notes.extend(window.notes.iter().cloned());
+
+    let refused = refusals(window, &facts, client);
+    let mut objectives = judge_objectives(window, &facts, client, slo);
+    if !refused.is_empty() {
+        for o in &mut objectives {
+            if o.verdict != Verdict::Inconclusive {
+                o.reason = format!(
+                    "refused ({}); the figure alone said {}",
+                    refused.join("; "),
+                    o.verdict.as_str()
+                );
+                o.verdict = Verdict::Inconclusive;
+            }
+        }
+    }
+    let verdict = if refused.is_empty() {
+        Verdict::combine(objectives.iter().map(|o| o.verdict))
+    } else {
+        Verdict::Inconclusive
+    };
+
+    let verdicts: Vec<(String, Verdict)> = objectives
+        .iter()
+        .map(|o| (o.id.clone(), o.verdict))
+        .collect();
+    let slo_has_queue_objective = slo.objectives.iter().any(|o| {
+        matches!(
+            o,
+            Objective::Latency {
+                signal: LatencySignal::QueueTime,
+                ..
+            }
+        )
+    });
+    let mut fired: Vec<&'static str> = Vec::new();
+    let mut findings = Vec::new();
+    for rule in RULES {
+        let ctx = rules::Context {
+            facts: &facts,
+            verdicts: &verdicts,
+            slo_has_queue_objective,
+            workload_drift: client.and_then(|c| c.workload_drift.as_deref()),
+            fired: &fired,
+        };
+        if let Some(m) = (rule.check)(&ctx) {
+            fired.push(rule.id);
+            let confidence = if window.counter_resets.is_empty() {
+                m.confidence
+            } else {
+                m.confidence.min(Confidence::Medium)
+            };
+            findings.push(RuledFinding {
+                finding: Finding {
+                    id: rule.id.to_owned(),
+                    title: rule.title.to_owned(),
+                    bottleneck: rule.bottleneck.to_owned(),
+                    action: rule.action.to_owned(),
+                    trade_off: rule.trade_off.to_owned(),
+                    evidence: m.evidence,
+                    confidence,
+                },
+                category: rule.category,
+                watch: rule.watch.iter().map(|s| s.to_string()).collect(),
+            });
+        }
+    }
+    Assessment {
+        verdict,
+        refused,
+        objectives,
+        steps: steps::six_steps(window, &facts),
+        findings,
+        notes,
+    }
+}
+
+/// Reasons the evidence is not valid for a verdict (`DESIGN.md`: client saturated or lagging,
+/// client and server counts disagree, workload drifted; plus: not an engine's metrics, nothing
+/// finished).
+fn refusals(w: &Window, f: &Facts, client: Option<&ClientView>) -> Vec<String> {
+    let mut out = Vec::new();
+    match w.engine {
+        Engine::VllmRouter => out.push(
+            "these are the production-stack router's metrics, not an engine's; point at the engine pods".to_owned(),
+        ),
+        Engine::Unknown => out.push("no inference-engine metrics recognised".to_owned()),
+        _ => {}
+    }
+    if f.finished.is_some_and(|n| n <= 0.0) {
+        out.push("no request finished in the window".to_owned());
+    }
+    let Some(c) = client else {
+        return out;
+    };
+    if let Some(h) = &c.health {
+        // One client core busy 90 % of the wall time distorts timestamps (oha/hyperfine practice:
+        // say when the tool is the bottleneck).
+        if h.wall_s > 0.0 && h.cpu_s / h.wall_s >= 0.9 {
+            out.push(format!(
+                "client saturated: {:.0} % of one CPU over the level",
+                100.0 * h.cpu_s / h.wall_s
+            ));
+        }
+        if h.send_lag_p99_s > 0.05 {
+            out.push(format!(
+                "client lagging: open-loop send lag p99 {:.0} ms (> 50 ms)",
+                h.send_lag_p99_s * 1e3
+            ));
+        }
+    }
+    if let (Some(cn), Some(sn)) = (c.requests_finished, f.finished) {
+        // Counts of whole requests: any difference is real below 100 requests, 1 % above.
+        let tol = (0.01 * sn).max(0.5);
+        if (cn as f64 - sn).abs() > tol {
+            out.push(format!(
+                "client and server disagree on finished requests: client {cn}, server {sn} (vllm:request_success_total)"
+            ));
+        }
+    }
+    if let (Some(ct), Some(st)) = (c.output_tokens, f.generation_tokens) {
+        let tol = (0.01 * st).max(1.0);
+        if (ct as f64) > st + tol {
+            out.push(format!(
+                "client counted more output tokens ({ct}) than the server generated ({st}): the scrapes do not cover the client's window"
+            ));
+        }
+    }
+    if let Some(d) = &c.workload_drift {
+        out.push(format!("workload drifted from its spec: {d}"));
+    }
+    out
+}
+
+fn server_signal(s: LatencySignal) -> Signal {
+    match s {
+        LatencySignal::Ttft => Signal::Ttft,
+        LatencySignal::Itl => Signal::Itl,
+        LatencySignal::Tpot => Signal::Tpot,
+        LatencySignal::E2e => Signal::E2e,
+        LatencySignal::QueueTime => Signal::QueueTime,
+    }
+}
+
+fn judge_objectives(
+    w: &Window,
+    f: &Facts,
+    client: Option<&ClientView>,
+    slo: &SloSpec,
+) -> Vec<ObjectiveResult> {
+    slo.objectives
+        .iter()
+        .map(|o| {
+            if let Some(r) = client.and_then(|c| c.objectives.iter().find(|r| r.id == o.id())) {
+                return r.clone();
+            }
+            match o {
+                Objective::Latency {
+                    signal,
+                    percentile,
+                    threshold_s,
+                } => latency_objective(w, o, *signal, *percentile, *threshold_s),
+                Objective::ErrorRate { max_ratio } => error_objective(f, o, *max_ratio),
+            }
+        })
+        .collect()
+}
+
+fn result(
+    o: &Objective,
+    threshold: f64,
+    observed: Option<f64>,
+    verdict: Verdict,
+    samples: u64,
+    reason: String,
+) -> ObjectiveResult {
+    ObjectiveResult {
+        id: o.id(),
+        description: o.describe(),
+        threshold,
+        observed,
+        verdict,
+        samples,
+        reason,
+    }
+}
+
+/// A latency objective "p-th percentile ≤ T" on a server histogram. The share of observations
+/// ≤ T is bracketed by the buckets around T; the objective allows a bad share of `1 − p/100`.
+/// PASS when even the pessimistic bad share is allowed, FAIL when even the optimistic one is not,
+/// otherwise INCONCLUSIVE (the threshold lies inside a bucket that straddles the decision).
+fn latency_objective(
+    w: &Window,
+    o: &Objective,
+    signal: LatencySignal,
+    percentile: f64,
+    threshold_s: f64,
+) -> ObjectiveResult {
+    let sig = server_signal(signal);
+    let metric = w.sources.get(&sig).cloned().unwrap_or_else(|| sig.name());
+    let Some(h) = w.histogram(sig) else {
+        return result(
+            o,
+            threshold_s,
+            None,
+            Verdict::Inconclusive,
+            0,
+            format!("the server exports no {} histogram", sig.name()),
+        );
+    };
+    let n = h.observations();
+    let samples = if n.is_finite() && n > 0.0 {
+        n.round() as u64
+    } else {
+        0
+    };
+    let need = min_samples_for_percentile(percentile);
+    let q = h.quantile(percentile / 100.0);
+    let observed = q.map(|q| q.value);
+    let bracket = q
+        .map(|q| format!("between {} and {} s", q.lower, q.upper))
+        .unwrap_or_default();
+    if samples < need {
+        return result(
+            o,
+            threshold_s,
+            observed,
+            Verdict::Inconclusive,
+            samples,
+            format!(
+                "server-side ({metric}): {samples} observations, fewer than the {need} needed for p{percentile}"
+            ),
+        );
+    }
+    let allowed = 1.0 - percentile / 100.0;
+    let Some((_, lo, hi)) = h.fraction_le(threshold_s) else {
+        return result(
+            o,
+            threshold_s,
+            observed,
+            Verdict::Inconclusive,
+            samples,
+            format!("server-side ({metric}): histogram has no +Inf bucket"),
+        );
+    };
+    let (bad_lo, bad_hi) = (1.0 - hi, 1.0 - lo);
+    let (verdict, why) = if bad_hi <= allowed + 1e-12 {
+        (Verdict::Pass, "holds")
+    } else if bad_lo > allowed + 1e-12 {
+        (Verdict::Fail, "breached")
+    } else {
+        (
+            Verdict::Inconclusive,
+            "undecided: the threshold falls inside a bucket that straddles the percentile",
+        )
+    };
+    result(
+        o,
+        threshold_s,
+        observed,
+        verdict,
+        samples,
+        format!(
+            "server-side ({metric}), {why}: {:.2}–{:.2} % of {samples} observations above {threshold_s} s (allowed {:.2} %); p{percentile} ≈ {} s, {bracket}",
+            bad_lo * 100.0,
+            bad_hi * 100.0,
+            allowed * 100.0,
+            observed
+                .map(|v| format!("{v:.4}"))
+                .unwrap_or_else(|| "?".into()),
+        ),
+    )
+}
+
+fn error_objective(f: &Facts, o: &Objective, max_ratio: f64) -> ObjectiveResult {
+    let Some(n) = f.finished.filter(|n| *n > 0.0) else {
+        return result(
+            o,
+            max_ratio,
+            None,
+            Verdict::Inconclusive,
+            0,
+            "no finished requests on the server's counters".to_owned(),
+        );
+    };
+    let bad = f.finished_error.unwrap_or(0.0) + f.finished_abort.unwrap_or(0.0);
+    let r = bad / n;
+    // Below 1/max_ratio requests one error already exceeds the objective: too few to judge a
+    // pass.
+    let need = (1.0 / max_ratio.max(1e-9)).ceil();
+    let verdict = if r > max_ratio {
+        Verdict::Fail
+    } else if n < need {
+        Verdict::Inconclusive
+    } else {
+        Verdict::Pass
+    };
+    result(
+        o,
+        max_ratio,
+        Some(r),
+        verdict,
+        n.round() as u64,
+        format!(
+            "server-side (vllm:request_success_total): {bad} error + abort of {n} finished{}",
+            if verdict == Verdict::Inconclusive {
+                format!("; fewer than {need} requests to judge {max_ratio}")
+            } else {
+                String::new()
+            }
+        ),
+    )
+}
