@@ -7,6 +7,8 @@
 //!   TGI, llama.cpp) and dcgm-exporter, mapped to canonical [`adapter::Signal`]s.
 //! * [`histogram`]: classic-bucket quantiles exactly as PromQL's `histogram_quantile`, with the
 //!   precision bracket.
+//! * [`source`]: saved scrapes, run directories, live polling; [`promql`]: a window from a
+//!   Prometheus HTTP API.
 //! * [`window`]: what happened between scrapes ([`window::Window`]): counter and histogram deltas
 //!   with resets handled, gauge summaries, per-GPU summaries.
 //!
@@ -30,6 +32,7 @@
 pub mod adapter;
 pub mod exposition;
 pub mod histogram;
+pub mod promql;
 pub mod scrape;
 pub mod source;
 pub mod window;
