@@ -21,6 +21,7 @@ pub mod arrivals;
 pub mod client;
 pub mod prompt;
 pub mod recorder;
+pub mod runner;
 pub mod sweep;
 pub mod testkit;
 pub mod workload;

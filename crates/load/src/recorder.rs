@@ -584,7 +584,7 @@ mod tests {
         // cancelled before its first token: censored TTFT
         c.record(&rec(Outcome::ClientCancel, &[], 5_000 * MS, None));
         // HTTP 503: nothing but the count
-        c.record(&rec(Outcome::HttpStatus(503), &[], 1 * MS, None));
+        c.record(&rec(Outcome::HttpStatus(503), &[], MS, None));
 
         assert_eq!(c.requests(), 4);
         assert_eq!(c.errors(), 2); // error + http_503; the cancel is the client's

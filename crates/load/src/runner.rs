@@ -1,0 +1,663 @@
+//! One load level, end to end, and the pre-flight probe of a target.
+//!
+//! A level runs in three phases on the caller's tokio runtime:
+//! 1. **warm-up** (`warmup`): load is offered as in the window, but requests that start here are
+//!    not recorded (caches, connection pool and batch sizes settle);
+//! 2. **measurement window** (`measure`): every request that *starts* inside it is recorded,
+//!    whatever its outcome, when it finishes;
+//! 3. **drain**: no new requests; requests still in flight get up to `max(drain_min, E2E p99 so
+//!    far)` (at most `drain_max`) to finish, then are cancelled and recorded as `client_cancel`.
+//!
+//! Closed loop keeps `c` requests in flight (start = dispatch time). Open loop sends on the
+//! schedule of [`crate::arrivals::ArrivalSchedule`]: a pacer thread sleeps to each intended time
+//! (the OS timer, finer than tokio's 1 ms wheel) and wakes the dispatcher; latency counts from the
+//! intended time, and the send lag (actual − intended) is recorded per request. With a
+//! concurrency cap, arrivals that find the cap reached wait in a queue; their wait is send lag,
+//! and those still queued at the window's end are recorded as `client_cancel` without a first
+//! token (their TTFT is censored, see [`crate::recorder`]).
+//!
+//! The client's own CPU time (`getrusage`) over the level is recorded, so a report can warn when
+//! the client, not the server, may have shaped the numbers.
+
+use crate::arrivals::{ArrivalSchedule, LevelMode};
+use crate::client::{CancellationFlag, PreparedRequest, RequestRecord, Target, server_message};
+use crate::prompt::{ClassPlan, DrawnRequest, RequestMix};
+use crate::recorder::{ClientUsage, LevelRecording, new_histogram};
+use crate::workload::Endpoint;
+use headroom_core::Outcome;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::mpsc;
+
+/// Settings of a level beyond the workload's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    /// Shortest drain after the window (default 2 s).
+    pub drain_min: Duration,
+    /// Longest drain after the window (default 120 s).
+    pub drain_max: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            drain_min: Duration::from_secs(2),
+            drain_max: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Process CPU time (user + system) in seconds, from `getrusage(RUSAGE_SELF)`.
+pub fn process_cpu_s() -> f64 {
+    rusage_cpu_s(libc::RUSAGE_SELF)
+}
+
+/// CPU time (user + system) of the calling thread in seconds, from `getrusage(RUSAGE_THREAD)`
+/// (Linux); on other systems, the process's.
+pub fn thread_cpu_s() -> f64 {
+    #[cfg(target_os = "linux")]
+    {
+        rusage_cpu_s(libc::RUSAGE_THREAD)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        rusage_cpu_s(libc::RUSAGE_SELF)
+    }
+}
+
+fn rusage_cpu_s(who: libc::c_int) -> f64 {
+    // SAFETY: `getrusage` writes into the zeroed struct we own and reads nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable `rusage`; `who` is a constant the call accepts.
+    let rc = unsafe { libc::getrusage(who, &raw mut ru) };
+    if rc != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Runs one load level with default [`RunOptions`] (see the module docs).
+///
+/// `classes` are drawn by weight (one class for a per-class phase, all for the mix); `seed`
+/// fixes arrivals, the mix and the prompts; `cancel` stops the level early (Ctrl-C): in-flight
+/// requests are cancelled and the partial recording is returned with `interrupted` set.
+pub async fn run_level(
+    target: &Target,
+    classes: &[ClassPlan],
+    mode: LevelMode,
+    warmup: Duration,
+    measure: Duration,
+    seed: u64,
+    cancel: CancellationFlag,
+) -> LevelRecording {
+    run_level_with(
+        target,
+        classes,
+        mode,
+        warmup,
+        measure,
+        seed,
+        cancel,
+        &RunOptions::default(),
+    )
+    .await
+}
+
+struct Done {
+    in_window: bool,
+    record: RequestRecord,
+}
+
+/// Requests in flight and the E2E of every success so far (warm-up included; sizes the drain).
+struct Flight {
+    in_flight: usize,
+    in_window: u64,
+    e2e_all: hdrhistogram::Histogram<u64>,
+}
+
+impl Flight {
+    fn done(&mut self, d: Done, out: &mut LevelRecording) {
+        self.in_flight -= 1;
+        if d.record.outcome.is_success() {
+            self.e2e_all.saturating_record(d.record.timing.end_ns);
+        }
+        if d.in_window {
+            self.in_window -= 1;
+            if let Some(c) = out.classes.get_mut(d.record.class) {
+                c.record(&d.record);
+            }
+        }
+    }
+}
+
+/// As [`run_level`], with explicit options.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_level_with(
+    target: &Target,
+    classes: &[ClassPlan],
+    mode: LevelMode,
+    warmup: Duration,
+    measure: Duration,
+    seed: u64,
+    cancel: CancellationFlag,
+    opts: &RunOptions,
+) -> LevelRecording {
+    let names: Vec<&str> = classes.iter().map(|c| c.name.as_str()).collect();
+    let mut out = LevelRecording::new(mode.level(), mode.load_mode(), &names);
+    out.warmup_s = warmup.as_secs_f64();
+    out.client.cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    if classes.is_empty() {
+        return out;
+    }
+    let cpu0 = process_cpu_s();
+    let t0 = Instant::now();
+    let window_start = t0 + warmup;
+    let window_end = window_start + measure;
+    let level_cancel = cancel.child_token();
+    let target = Arc::new(target.clone());
+    let (tx, mut rx) = mpsc::unbounded_channel::<Done>();
+    let mut mix = RequestMix::new(classes, seed);
+    let mut fl = Flight {
+        in_flight: 0,
+        in_window: 0,
+        e2e_all: new_histogram(),
+    };
+    let next_request = |mix: &mut RequestMix<'_>| -> Option<PreparedRequest> {
+        // A draw fails only when a tokenizer fails; the request is skipped.
+        mix.next_request()
+            .ok()
+            .map(|d| PreparedRequest::encode(&d, target.model()))
+    };
+    let launch = |p: PreparedRequest, start: Instant, in_window: bool, fl: &mut Flight| {
+        fl.in_flight += 1;
+        if in_window {
+            fl.in_window += 1;
+        }
+        let target = target.clone();
+        let tx = tx.clone();
+        let tok = level_cancel.clone();
+        let offset = u64::try_from(start.saturating_duration_since(window_start).as_nanos())
+            .unwrap_or(u64::MAX);
+        tokio::spawn(async move {
+            let mut record = target.send(&p, start, &tok).await;
+            record.start_offset_ns = offset;
+            let _ = tx.send(Done { in_window, record });
+        });
+    };
+
+    let mut interrupted = false;
+    match mode {
+        LevelMode::Concurrency(c) => {
+            let c = c.max(1) as usize;
+            loop {
+                let now = Instant::now();
+                if now >= window_end {
+                    break;
+                }
+                while fl.in_flight < c {
+                    let Some(p) = next_request(&mut mix) else {
+                        break;
+                    };
+                    let start = Instant::now();
+                    let in_window = start >= window_start;
+                    if in_window {
+                        out.started += 1;
+                    } else {
+                        out.warmup_started += 1;
+                    }
+                    launch(p, start, in_window, &mut fl);
+                }
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => { interrupted = true; break; }
+                    d = rx.recv() => {
+                        if let Some(d) = d {
+                            fl.done(d, &mut out);
+                        }
+                    }
+                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(window_end)) => break,
+                }
+            }
+        }
+        LevelMode::Rate {
+            rate_per_s,
+            arrival,
+            max_concurrency,
+        } => {
+            let cap = max_concurrency.map_or(usize::MAX, |m| m.max(1) as usize);
+            let total = warmup + measure;
+            let stop = Arc::new(AtomicBool::new(false));
+            let (tick_tx, mut tick_rx) = mpsc::unbounded_channel::<Instant>();
+            let pacer = match ArrivalSchedule::new(rate_per_s, arrival, seed) {
+                Ok(schedule) => {
+                    let stop = stop.clone();
+                    std::thread::Builder::new()
+                        .name("headroom-pacer".into())
+                        .spawn(move || pace(schedule, t0, total, &tick_tx, &stop))
+                        .ok()
+                }
+                Err(_) => None,
+            };
+            let mut backlog: VecDeque<(Instant, PreparedRequest)> = VecDeque::new();
+            let mut pending = next_request(&mut mix);
+            loop {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => { interrupted = true; break; }
+                    tick = tick_rx.recv() => {
+                        let Some(intended) = tick else { break };
+                        let Some(p) = pending.take() else { break };
+                        let in_window = intended >= window_start;
+                        if in_window {
+                            out.started += 1;
+                        } else {
+                            out.warmup_started += 1;
+                        }
+                        if fl.in_flight < cap {
+                            launch(p, intended, in_window, &mut fl);
+                        } else {
+                            backlog.push_back((intended, p));
+                        }
+                        pending = next_request(&mut mix);
+                    }
+                    d = rx.recv() => {
+                        if let Some(d) = d {
+                            fl.done(d, &mut out);
+                        }
+                        while fl.in_flight < cap {
+                            let Some((intended, p)) = backlog.pop_front() else { break };
+                            let in_window = intended >= window_start;
+                            launch(p, intended, in_window, &mut fl);
+                        }
+                    }
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            drop(tick_rx);
+            // Arrivals of the window that never got a slot: recorded as cancelled before their
+            // first token (their age is a lower bound on their TTFT).
+            let now = Instant::now();
+            for (intended, p) in backlog.drain(..) {
+                if intended < window_start {
+                    continue;
+                }
+                let age = u64::try_from(now.saturating_duration_since(intended).as_nanos())
+                    .unwrap_or(u64::MAX);
+                let record = unsent(&p, intended, window_start, age);
+                if let Some(c) = out.classes.get_mut(p.class) {
+                    c.record(&record);
+                }
+                out.cancelled_at_end += 1;
+            }
+            if let Some(h) = pacer {
+                let _ = h.join();
+            }
+        }
+    }
+
+    let window_closed = Instant::now();
+    out.window_s = window_closed
+        .min(window_end)
+        .saturating_duration_since(window_start)
+        .as_secs_f64();
+    out.started_unix_s = unix_s_at(window_start);
+    out.interrupted = interrupted;
+
+    // Drain: let in-flight requests finish, within a bound sized by the E2E seen so far.
+    let p99 = if fl.e2e_all.is_empty() {
+        opts.drain_max
+    } else {
+        Duration::from_nanos(fl.e2e_all.value_at_quantile(0.99))
+    };
+    let drain = if interrupted {
+        Duration::ZERO
+    } else {
+        p99.max(opts.drain_min).min(opts.drain_max)
+    };
+    let drain_deadline = tokio::time::Instant::from_std(window_closed + drain);
+    while fl.in_flight > 0 {
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => { out.interrupted = true; break; }
+            d = rx.recv() => match d {
+                Some(d) => fl.done(d, &mut out),
+                None => break,
+            },
+            () = tokio::time::sleep_until(drain_deadline) => break,
+        }
+    }
+    out.drain_s = window_closed.elapsed().as_secs_f64();
+    // Whatever is left is cancelled; the cancelled requests report back at once.
+    out.cancelled_at_end += fl.in_window;
+    level_cancel.cancel();
+    drop(tx);
+    while fl.in_flight > 0 {
+        match rx.recv().await {
+            Some(d) => fl.done(d, &mut out),
+            None => break,
+        }
+    }
+    out.client = ClientUsage {
+        process_cpu_s: process_cpu_s() - cpu0,
+        wall_s: t0.elapsed().as_secs_f64(),
+        cores: out.client.cores,
+    };
+    out
+}
+
+/// The pacer: sleeps to each intended send time and hands it to the dispatcher, until the level's
+/// end or `stop`.
+fn pace(
+    schedule: ArrivalSchedule,
+    t0: Instant,
+    total: Duration,
+    tx: &mpsc::UnboundedSender<Instant>,
+    stop: &AtomicBool,
+) {
+    for offset in schedule {
+        if offset >= total {
+            return;
+        }
+        let at = t0 + offset;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let now = Instant::now();
+            if now >= at {
+                break;
+            }
+            // Sleep in slices so a stop is noticed within 20 ms at any rate.
+            std::thread::sleep((at - now).min(Duration::from_millis(20)));
+        }
+        if tx.send(at).is_err() {
+            return;
+        }
+    }
+}
+
+fn unsent(
+    p: &PreparedRequest,
+    intended: Instant,
+    window_start: Instant,
+    age_ns: u64,
+) -> RequestRecord {
+    RequestRecord {
+        class: p.class,
+        start_offset_ns: u64::try_from(intended.saturating_duration_since(window_start).as_nanos())
+            .unwrap_or(u64::MAX),
+        send_lag_ns: age_ns,
+        timing: headroom_core::RequestTiming {
+            content_chunk_ns: Vec::new(),
+            end_ns: age_ns,
+            output_tokens: None,
+        },
+        prompt_tokens: None,
+        requested_prompt_tokens: p.requested_prompt_tokens,
+        requested_max_tokens: p.max_tokens,
+        finish_reason: None,
+        outcome: Outcome::ClientCancel,
+        sse_events: 0,
+        message: Some("never sent: the concurrency cap was reached until the window ended".into()),
+    }
+}
+
+fn unix_s_at(at: Instant) -> f64 {
+    let now_i = Instant::now();
+    let now_s = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    if at <= now_i {
+        now_s - (now_i - at).as_secs_f64()
+    } else {
+        now_s + (at - now_i).as_secs_f64()
+    }
+}
+
+/// One served model from `GET /v1/models`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ModelInfo {
+    /// Model id (the name requests use).
+    pub id: String,
+    /// vLLM's `max_model_len`, when listed.
+    pub max_model_len: Option<u64>,
+}
+
+/// What the probe learnt about the server.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ServerInfo {
+    /// Base URL (no credentials).
+    pub base_url: String,
+    /// Served models, in the server's order.
+    pub models: Vec<ModelInfo>,
+    /// The model the run will use (given, or the first served).
+    pub model: String,
+    /// `GET /version` → `version`, when the server has it (vLLM does).
+    pub version: Option<String>,
+    /// `GET /v1/models` as returned.
+    pub models_raw: serde_json::Value,
+    /// `GET /version` as returned.
+    pub version_raw: Option<serde_json::Value>,
+    /// Things worth a warning (for example: no `usage` in the stream).
+    pub notes: Vec<String>,
+}
+
+/// Why a target is not usable; every message says what to do next.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProbeError {
+    /// Nothing answered.
+    #[error(
+        "cannot reach {url}: {reason}. Is the server running and listening on that address? (check the port, and that the URL is the OpenAI base URL, e.g. http://127.0.0.1:8000)"
+    )]
+    Unreachable {
+        /// URL tried.
+        url: String,
+        /// Connection error.
+        reason: String,
+    },
+    /// The server refused the credentials.
+    #[error(
+        "{url}: HTTP {status}: {message}. Pass the API key the server expects (--api-key or the environment)"
+    )]
+    Unauthorized {
+        /// URL tried.
+        url: String,
+        /// Status code.
+        status: u16,
+        /// Server's message.
+        message: String,
+    },
+    /// `/v1/models` did not answer as an OpenAI-compatible server does.
+    #[error(
+        "{url}: {message}. Is this an OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp)?"
+    )]
+    NotOpenAi {
+        /// URL tried.
+        url: String,
+        /// What came back.
+        message: String,
+    },
+    /// The requested model is not served.
+    #[error("model `{requested}` is not served by {url}; served: {}. Use one of these names (workload `model:` or --model)", served.join(", "))]
+    UnknownModel {
+        /// URL.
+        url: String,
+        /// Model asked for.
+        requested: String,
+        /// Models served.
+        served: Vec<String>,
+    },
+    /// The server lists no model.
+    #[error("{url}/v1/models lists no model; is the server still loading?")]
+    NoModels {
+        /// URL.
+        url: String,
+    },
+    /// The first (tiny) request was rejected with an HTTP status.
+    #[error("the first request to {endpoint} was rejected: HTTP {status}: {message}")]
+    FirstRequest {
+        /// Endpoint path.
+        endpoint: String,
+        /// Status code.
+        status: u16,
+        /// Server's message.
+        message: String,
+    },
+    /// The first request failed otherwise (transport, protocol, server error, timeout).
+    #[error("the first request to {endpoint} failed ({outcome}): {message}")]
+    FirstRequestFailed {
+        /// Endpoint path.
+        endpoint: String,
+        /// Outcome label.
+        outcome: String,
+        /// Detail.
+        message: String,
+    },
+}
+
+/// Checks a target before any load: `GET /v1/models` (reachable, OpenAI-compatible, the model is
+/// served — a missing model resolves to the first served), `GET /version` (optional), and one
+/// tiny streaming request (`max_tokens` 2) to each endpoint in `endpoints`, which must succeed.
+///
+/// # Errors
+/// [`ProbeError`] with the server's own message where it sent one.
+pub async fn probe(target: &Target, endpoints: &[Endpoint]) -> Result<ServerInfo, ProbeError> {
+    let url = target.base_url().to_string();
+    let (status, body) =
+        target
+            .get("/v1/models", 4 << 20)
+            .await
+            .map_err(|reason| ProbeError::Unreachable {
+                url: url.clone(),
+                reason,
+            })?;
+    if status.as_u16() == 401 || status.as_u16() == 403 {
+        return Err(ProbeError::Unauthorized {
+            url: format!("{url}/v1/models"),
+            status: status.as_u16(),
+            message: server_message(&body),
+        });
+    }
+    if !status.is_success() {
+        return Err(ProbeError::NotOpenAi {
+            url: format!("{url}/v1/models"),
+            message: format!("HTTP {}: {}", status.as_u16(), server_message(&body)),
+        });
+    }
+    let models_raw: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|e| ProbeError::NotOpenAi {
+            url: format!("{url}/v1/models"),
+            message: format!("not JSON ({e})"),
+        })?;
+    let models: Vec<ModelInfo> = models_raw
+        .get("data")
+        .and_then(|d| d.as_array())
+        .ok_or_else(|| ProbeError::NotOpenAi {
+            url: format!("{url}/v1/models"),
+            message: "no `data` list in the answer".into(),
+        })?
+        .iter()
+        .filter_map(|m| {
+            Some(ModelInfo {
+                id: m.get("id")?.as_str()?.to_string(),
+                max_model_len: m.get("max_model_len").and_then(serde_json::Value::as_u64),
+            })
+        })
+        .collect();
+    if models.is_empty() {
+        return Err(ProbeError::NoModels { url });
+    }
+    let model = match target.model() {
+        Some(m) => {
+            if !models.iter().any(|x| x.id == m) {
+                return Err(ProbeError::UnknownModel {
+                    url,
+                    requested: m.to_string(),
+                    served: models.iter().map(|x| x.id.clone()).collect(),
+                });
+            }
+            m.to_string()
+        }
+        None => models[0].id.clone(),
+    };
+    let version_raw = match target.get("/version", 64 << 10).await {
+        Ok((s, b)) if s.is_success() => serde_json::from_slice::<serde_json::Value>(&b).ok(),
+        _ => None,
+    };
+    let version = version_raw
+        .as_ref()
+        .and_then(|v| v.get("version"))
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+
+    let t = target.with_model(&model);
+    let mut notes = Vec::new();
+    let mut seen = Vec::new();
+    for e in endpoints {
+        if seen.contains(e) {
+            continue;
+        }
+        seen.push(*e);
+        let d = DrawnRequest {
+            class: 0,
+            endpoint: *e,
+            prefix: Arc::from(""),
+            prompt: "Hello".into(),
+            requested_prompt_tokens: 1,
+            max_tokens: 2,
+            ignore_eos: false,
+        };
+        let p = PreparedRequest::encode(&d, Some(&model));
+        let cancel = CancellationFlag::new();
+        let probe_timeout = t.config().request_timeout.min(Duration::from_secs(60));
+        let r = tokio::time::timeout(probe_timeout, t.send(&p, Instant::now(), &cancel)).await;
+        let Ok(r) = r else {
+            return Err(ProbeError::FirstRequestFailed {
+                endpoint: e.path().into(),
+                outcome: "timeout".into(),
+                message: format!("no complete answer within {} s", probe_timeout.as_secs()),
+            });
+        };
+        match r.outcome {
+            Outcome::Stop | Outcome::Length => {}
+            Outcome::HttpStatus(code) => {
+                return Err(ProbeError::FirstRequest {
+                    endpoint: e.path().into(),
+                    status: code,
+                    message: r.message.unwrap_or_default(),
+                });
+            }
+            other => {
+                return Err(ProbeError::FirstRequestFailed {
+                    endpoint: e.path().into(),
+                    outcome: other.label(),
+                    message: r.message.unwrap_or_default(),
+                });
+            }
+        }
+        if r.timing.output_tokens.is_none() || r.prompt_tokens.is_none() {
+            notes.push(format!(
+                "{}: the stream carried no `usage` although stream_options.include_usage was sent; token counts will be missing (the server's own counters still work)",
+                e.path()
+            ));
+        }
+        if r.timing.content_chunk_ns.is_empty() {
+            notes.push(format!(
+                "{}: the first request produced no text chunk; TTFT cannot be measured for answers like it",
+                e.path()
+            ));
+        }
+    }
+    Ok(ServerInfo {
+        base_url: url,
+        models,
+        model,
+        version,
+        models_raw,
+        version_raw,
+        notes,
+    })
+}

@@ -1,0 +1,282 @@
+//! One load level against the loopback stub: windows, drain, open and closed loop, the probe.
+//! Each test runs for at most a few seconds and the stub stops when dropped.
+
+use headroom_core::{LatencySignal, Outcome};
+use headroom_load::arrivals::{ArrivalProcess, LevelMode};
+use headroom_load::client::{CancellationFlag, Target};
+use headroom_load::prompt::ClassPlan;
+use headroom_load::runner::{ProbeError, RunOptions, probe, run_level, run_level_with};
+use headroom_load::testkit::{StubConfig, StubFault, StubServer};
+use headroom_load::workload::{Endpoint, Workload};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn plans(yaml_classes: &str) -> Vec<ClassPlan> {
+    let text = format!("load: {{mode: concurrency}}\nclasses:\n{yaml_classes}");
+    let w = Workload::parse(&text, Path::new("w.yaml"), Path::new(".")).unwrap();
+    ClassPlan::from_workload(&w, None).unwrap()
+}
+
+const ONE: &str = "  - {name: a, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 10}, ignore_eos: true}\n";
+const MS: u64 = 1_000_000;
+
+#[tokio::test]
+async fn closed_loop_records_the_window_only() {
+    let stub = StubServer::start(StubConfig {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(2),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+    let p = plans(ONE);
+    let rec = run_level(
+        &t,
+        &p,
+        LevelMode::Concurrency(4),
+        Duration::from_millis(300),
+        Duration::from_secs(1),
+        1,
+        CancellationFlag::new(),
+    )
+    .await;
+    let c = &rec.classes[0];
+    let n = c.requests();
+    // every request started in the window finished in the drain
+    assert_eq!(n, rec.started);
+    assert_eq!(rec.cancelled_at_end, 0);
+    assert_eq!(c.outcomes.get(&Outcome::Length), Some(&n));
+    assert!(rec.warmup_started >= 4);
+    // each request takes ≥ 20 + 9·2 = 38 ms: 4 streams over 1 s start at most 4·1/0.038 + 4
+    assert!((20..=110).contains(&n), "{n}");
+    assert!(c.percentile_ns(LatencySignal::Ttft, 50.0).unwrap() >= 20 * MS);
+    assert!(c.percentile_ns(LatencySignal::E2e, 1.0).unwrap() >= 38 * MS);
+    // usage: the stub reports max_tokens outputs and counts prompt words
+    assert_eq!(c.tokens.output_realised, 10 * n);
+    assert_eq!(c.tokens.output_cap_requested, 10 * n);
+    assert_eq!(c.tokens.prompt_realised, 8 * n);
+    assert_eq!(c.tokens.prompt_requested, 8 * n);
+    assert_eq!(c.itl.len(), 9 * n);
+    assert!((rec.window_s - 1.0).abs() < 0.05, "{}", rec.window_s);
+    assert!(rec.client.wall_s >= 1.3);
+    assert!(rec.client.process_cpu_s > 0.0);
+    assert!(!rec.interrupted);
+}
+
+#[tokio::test]
+async fn open_loop_constant_rate_starts_exactly_the_schedule() {
+    let stub = StubServer::start(StubConfig::default()).unwrap();
+    let t = Target::new(&stub.url(), None, None).unwrap();
+    let p = plans(ONE);
+    let rec = run_level(
+        &t,
+        &p,
+        LevelMode::Rate {
+            rate_per_s: 50.0,
+            arrival: ArrivalProcess::Constant,
+            max_concurrency: None,
+        },
+        Duration::from_millis(200),
+        Duration::from_secs(1),
+        1,
+        CancellationFlag::new(),
+    )
+    .await;
+    // intended times k/50 s: k = 1..=9 fall in the warm-up [0, 0.2), k = 10..=59 in the window
+    assert_eq!(rec.warmup_started, 9);
+    assert_eq!(rec.started, 50);
+    assert_eq!(rec.classes[0].requests(), 50);
+    let lag = rec.client_health();
+    assert!(
+        lag.send_lag_p99_s < 0.005,
+        "send lag p99 {}",
+        lag.send_lag_p99_s
+    );
+    assert_eq!(stub.requests(), 59);
+}
+
+#[tokio::test]
+async fn open_loop_cap_queues_and_counts_unsent_arrivals() {
+    let stub = StubServer::start(StubConfig {
+        ttft: Duration::from_millis(300),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&stub.url(), None, None).unwrap();
+    let p = plans(ONE);
+    let rec = run_level(
+        &t,
+        &p,
+        LevelMode::Rate {
+            rate_per_s: 20.0,
+            arrival: ArrivalProcess::Constant,
+            max_concurrency: Some(2),
+        },
+        Duration::ZERO,
+        Duration::from_millis(500),
+        1,
+        CancellationFlag::new(),
+    )
+    .await;
+    // intended at 50, 100, …, 450 ms: 9 arrivals; at most 2 in flight, each ≥ 300 ms, so only
+    // the first 2 (at 50, 100 ms) and the next 2 (freed at ≥ 350 ms) are sent in the window
+    assert_eq!(rec.started, 9);
+    let c = &rec.classes[0];
+    assert_eq!(c.requests(), 9);
+    let sent_ok = c.outcomes.get(&Outcome::Length).copied().unwrap_or(0);
+    let unsent = c.outcomes.get(&Outcome::ClientCancel).copied().unwrap_or(0);
+    assert_eq!(sent_ok + unsent, 9);
+    assert!((2..=4).contains(&sent_ok), "{:?}", c.outcomes);
+    assert_eq!(c.ttft_censored, unsent);
+    // queued arrivals waited: their send lag is large
+    assert!(rec.client_health().send_lag_max_s > 0.1);
+}
+
+#[tokio::test]
+async fn in_flight_requests_are_cancelled_after_the_drain() {
+    let stub = StubServer::start(StubConfig {
+        itl: Duration::from_millis(100),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&stub.url(), None, None).unwrap();
+    let p = plans(
+        "  - {name: slow, endpoint: chat, prompt_tokens: {fixed: 3}, max_tokens: {fixed: 100}}\n",
+    );
+    let started = Instant::now();
+    let rec = run_level_with(
+        &t,
+        &p,
+        LevelMode::Concurrency(2),
+        Duration::ZERO,
+        Duration::from_millis(500),
+        1,
+        CancellationFlag::new(),
+        &RunOptions {
+            drain_min: Duration::from_millis(200),
+            drain_max: Duration::from_millis(300),
+        },
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(rec.started, 2);
+    assert_eq!(rec.cancelled_at_end, 2);
+    let c = &rec.classes[0];
+    assert_eq!(c.outcomes.get(&Outcome::ClientCancel), Some(&2));
+    // they did stream: TTFT and ITL are real, E2E is not recorded for cancelled requests
+    assert_eq!(c.ttft.len(), 2);
+    assert!(c.itl.len() >= 2);
+    assert!(c.e2e.is_empty());
+    assert_eq!(c.errors(), 0);
+}
+
+#[tokio::test]
+async fn external_cancel_interrupts_promptly() {
+    let stub = StubServer::start(StubConfig {
+        fault: StubFault::Stall,
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&stub.url(), None, None).unwrap();
+    let p = plans(ONE);
+    let cancel = CancellationFlag::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c2.cancel();
+    });
+    let started = Instant::now();
+    let rec = run_level(
+        &t,
+        &p,
+        LevelMode::Rate {
+            rate_per_s: 10.0,
+            arrival: ArrivalProcess::Poisson,
+            max_concurrency: None,
+        },
+        Duration::ZERO,
+        Duration::from_secs(30),
+        3,
+        cancel,
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(rec.interrupted);
+    assert!(rec.window_s < 1.0);
+    let c = &rec.classes[0];
+    assert_eq!(c.requests(), rec.started);
+    assert!(c.outcomes.keys().all(|o| *o == Outcome::ClientCancel));
+}
+
+#[tokio::test]
+async fn mix_records_each_class() {
+    let stub = StubServer::start(StubConfig::default()).unwrap();
+    let t = Target::new(&stub.url(), None, None).unwrap();
+    let p = plans(
+        "  - {name: a, weight: 1, endpoint: chat, prompt_tokens: {fixed: 5}, max_tokens: {fixed: 3}}\n  - {name: b, weight: 1, endpoint: completions, prompt_tokens: {fixed: 5}, max_tokens: {fixed: 7}}\n",
+    );
+    let rec = run_level(
+        &t,
+        &p,
+        LevelMode::Concurrency(2),
+        Duration::ZERO,
+        Duration::from_millis(400),
+        9,
+        CancellationFlag::new(),
+    )
+    .await;
+    let (a, b) = (&rec.classes[0], &rec.classes[1]);
+    assert!(a.requests() > 10 && b.requests() > 10);
+    assert_eq!(a.tokens.output_realised, 3 * a.requests());
+    assert_eq!(b.tokens.output_realised, 7 * b.requests());
+    assert_eq!(rec.total().requests(), rec.started);
+}
+
+#[tokio::test]
+async fn probe_reports_server_and_errors() {
+    let stub = StubServer::start(StubConfig {
+        models: vec!["tiny".into(), "small".into()],
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&stub.url(), None, None).unwrap();
+    let info = probe(&t, &[Endpoint::Chat, Endpoint::Completions])
+        .await
+        .unwrap();
+    assert_eq!(info.model, "tiny");
+    assert_eq!(info.version.as_deref(), Some("stub"));
+    assert_eq!(info.models.len(), 2);
+    assert_eq!(info.models[1].max_model_len, Some(4096));
+    assert!(info.notes.is_empty(), "{:?}", info.notes);
+
+    let t = Target::new(&stub.url(), None, Some("nope")).unwrap();
+    let e = probe(&t, &[Endpoint::Chat]).await.unwrap_err();
+    assert!(matches!(&e, ProbeError::UnknownModel { served, .. } if served == &["tiny", "small"]));
+    assert!(e.to_string().contains("served: tiny, small"), "{e}");
+
+    let bad = StubServer::start(StubConfig {
+        fault: StubFault::Status(400, "max_tokens=2 is too large".into()),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&bad.url(), None, None).unwrap();
+    let e = probe(&t, &[Endpoint::Chat]).await.unwrap_err();
+    assert_eq!(
+        e,
+        ProbeError::FirstRequest {
+            endpoint: "/v1/chat/completions".into(),
+            status: 400,
+            message: "max_tokens=2 is too large".into()
+        }
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t = Target::new(&format!("http://127.0.0.1:{port}"), None, None).unwrap();
+    let e = probe(&t, &[Endpoint::Chat]).await.unwrap_err();
+    assert!(matches!(e, ProbeError::Unreachable { .. }), "{e}");
+    assert!(e.to_string().contains("Is the server running"), "{e}");
+}
