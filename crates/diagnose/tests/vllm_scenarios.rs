@@ -166,3 +166,27 @@ fn too_few_samples_for_p99() {
         a.objectives[0].reason
     );
 }
+
+#[test]
+fn json_findings_carry_stable_ids() {
+    let w = window("vllm/v0.32-cpu-kv-pressure-24blocks.prom");
+    let a = assess(&w, None, &slo());
+    let v = serde_json::to_value(&a).unwrap();
+    let ids: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"kv_pressure"), "{ids:?}");
+    let kv = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "kv_pressure")
+        .unwrap();
+    assert_eq!(kv["category"], "bottleneck");
+    assert_eq!(kv["confidence"], "high");
+    assert_eq!(v["verdict"], "FAIL");
+    assert_eq!(v["steps"].as_array().unwrap().len(), 6);
+}

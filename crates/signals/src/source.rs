@@ -309,6 +309,47 @@ mod tests {
         assert_eq!(parse_scrape_file_name("notes.txt"), None);
     }
 
+    #[tokio::test]
+    async fn poll_scrapes_at_start_every_interval_and_end() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            for i in 0..10u32 {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buf = [0u8; 2048];
+                let _ = sock.read(&mut buf).await;
+                let body = format!("vllm:prompt_tokens_total{{engine=\"0\"}} {}\n", i * 10);
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+            }
+        });
+        let url = format!("http://{addr}/metrics");
+        let p = poll(
+            &url,
+            None,
+            Duration::from_millis(100),
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+        server.abort();
+        // t = 0, 100, 200, 300 ms
+        assert_eq!(p.engine.len(), 4);
+        assert!(p.failures.is_empty());
+        let w = crate::Window::from_scrapes(&p.engine, &[], &Default::default()).unwrap();
+        // 0 → 30 prompt tokens over the four scrapes
+        assert_eq!(w.counter(crate::Signal::PromptTokens), Some(30.0));
+        let d = w.duration_s().unwrap();
+        assert!((0.25..1.5).contains(&d), "{d}");
+    }
+
     #[test]
     fn time_suffix() {
         let (p, t) = split_time_suffix("a/b.prom@1767000030.5").unwrap();
