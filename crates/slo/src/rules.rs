@@ -1,0 +1,642 @@
+//! `headroom slo rules`: a Prometheus rule file with recording rules and multi-window,
+//! multi-burn-rate alerts for every objective of every request class.
+//!
+//! One group per class (`headroom-slo-<class>`; recording rules first, so the alerts of the same
+//! evaluation read fresh values), holding:
+//! - `headroom:slo_errors_per_event:ratio_rate<W>{slo_class, slo_objective}` for every tier
+//!   window and the SLO period: the error ratio over `W` (a true ratio of rates, not an average of
+//!   short ratios — Sloth #618). An *event* is a request, or a token gap for ITL. Quiet windows
+//!   record nothing (see [`crate::sli`]).
+//! - `headroom:slo_objective:ratio`, `headroom:slo_error_budget:ratio` and
+//!   `headroom:slo_error_budget_remaining:ratio` (1 − period ratio ÷ budget) for dashboards.
+//! - One `HeadroomErrorBudgetBurn` alert **per tier** (not one alert ORing the pairs, so the
+//!   firing pair is visible — autometrics-shared #82, Pyrra #1883), labelled `severity`, `tier`,
+//!   `long`, `short`, `burn_factor`, `exhaustion`, `slo_class`, `slo_objective`.
+//! - `HeadroomEngineQueueing`: mean engine queue time over 5 m above the class's tightest
+//!   `queue_time` threshold (or [`QueueAlert::default_mean_s`]). A mean above a percentile's bound
+//!   means that percentile is already breached, and queue time rises before TTFT and before any
+//!   budget burns: it is the earliest saturation signal. There is deliberately no alert on VRAM:
+//!   vLLM reserves `gpu_memory_utilization` of it at start, so VRAM in use is flat whatever the
+//!   load; KV-cache pressure shows in `vllm:kv_cache_usage_perc` and preemptions instead.
+//! - `HeadroomSLIAbsent`: the SLI's series (for latency, the very `le` bucket) is missing, which
+//!   would otherwise silence every alert above.
+
+use crate::promql::{fmt_float, quote, validate};
+use crate::sli::{self, Sli, SliOptions, SliSource};
+use crate::tiers::{self, BurnTier, DeadTiers, TierSpec};
+use crate::{Rendered, SloError};
+use headroom_core::LatencySignal;
+use headroom_core::slo::{Objective, SloFile, fmt_duration_s};
+use serde::Serialize;
+use serde_saphyr::LitString;
+use std::collections::BTreeMap;
+
+/// Name of the recording rules of the error ratio over window `W`:
+/// `headroom:slo_errors_per_event:ratio_rate<W>`.
+pub fn ratio_record(window: &str) -> String {
+    format!("headroom:slo_errors_per_event:ratio_rate{window}")
+}
+
+/// Name of the burn-rate alerts.
+pub const BURN_ALERT: &str = "HeadroomErrorBudgetBurn";
+/// Name of the queue-time alert.
+pub const QUEUE_ALERT: &str = "HeadroomEngineQueueing";
+/// Name of the missing-series alert.
+pub const ABSENT_ALERT: &str = "HeadroomSLIAbsent";
+
+/// The queue-time alert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueAlert {
+    /// Threshold on the mean queue time (seconds) for classes without a `queue_time` objective.
+    pub default_mean_s: f64,
+    /// `for:` of the alert.
+    pub for_: String,
+}
+
+impl Default for QueueAlert {
+    fn default() -> Self {
+        QueueAlert {
+            default_mean_s: 0.1,
+            for_: "5m".into(),
+        }
+    }
+}
+
+/// Options of [`rules()`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RulesOptions {
+    /// Class selectors, latency source, off-bucket policy, class filter.
+    pub sli: SliOptions,
+    /// Alert tiers (default: the Workbook's four).
+    pub tiers: Vec<TierSpec>,
+    /// Tiers that can never fire.
+    pub dead_tiers: DeadTiers,
+    /// The queue-time alert; `None` leaves it out.
+    pub queue_alert: Option<QueueAlert>,
+    /// `for:` of the missing-series alert; `None` leaves it out.
+    pub absent_for: Option<String>,
+    /// Labels added to every rule (e.g. `team`).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Default for RulesOptions {
+    fn default() -> Self {
+        RulesOptions {
+            sli: SliOptions::default(),
+            tiers: tiers::workbook_tiers(),
+            dead_tiers: DeadTiers::Skip,
+            queue_alert: Some(QueueAlert::default()),
+            absent_for: Some("15m".into()),
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
+/// A Prometheus rule file (`groups:`), as `promtool check rules` reads it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuleFile {
+    /// Rule groups.
+    pub groups: Vec<RuleGroup>,
+}
+
+/// One rule group.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuleGroup {
+    /// Unique group name.
+    pub name: String,
+    /// Rules, evaluated in order.
+    pub rules: Vec<Rule>,
+}
+
+/// A recording or an alerting rule.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Rule {
+    /// `record:`
+    Record {
+        /// Series name.
+        record: String,
+        /// PromQL.
+        expr: LitString,
+        /// Labels added to the result.
+        labels: BTreeMap<String, String>,
+    },
+    /// `alert:`
+    Alert {
+        /// Alert name.
+        alert: String,
+        /// PromQL.
+        expr: LitString,
+        /// Pending time before firing.
+        #[serde(rename = "for", skip_serializing_if = "Option::is_none")]
+        for_: Option<String>,
+        /// Labels.
+        labels: BTreeMap<String, String>,
+        /// Annotations (Go templates).
+        annotations: BTreeMap<String, String>,
+    },
+}
+
+impl Rule {
+    fn expr(&self) -> &str {
+        match self {
+            Rule::Record { expr, .. } | Rule::Alert { expr, .. } => &expr.0,
+        }
+    }
+}
+
+/// The rule file for `slo` as a typed value, plus warnings.
+///
+/// # Errors
+/// As [`sli::resolve`]; `budget.window` that is not a Prometheus duration or is shorter than a
+/// tier's long window; a dead tier under [`DeadTiers::Refuse`]; a generated expression that
+/// does not parse (a bug, reported instead of written).
+pub fn rule_file(slo: &SloFile, opts: &RulesOptions) -> Result<(RuleFile, Vec<String>), SloError> {
+    let period = slo
+        .budget
+        .as_ref()
+        .map(|b| b.window.clone())
+        .unwrap_or_else(|| "30d".into());
+    let (period_s, tiers) = tiers::resolve(&period, &opts.tiers)?;
+    if let Some(f) = &opts.absent_for {
+        crate::promql::parse_prom_duration(f).map_err(|m| SloError::invalid("absent_for", m))?;
+    }
+    if let Some(q) = &opts.queue_alert {
+        crate::promql::parse_prom_duration(&q.for_)
+            .map_err(|m| SloError::invalid("queue_alert.for", m))?;
+    }
+    let (slis, mut warnings) = sli::resolve(slo, &opts.sli)?;
+
+    let mut windows: Vec<(u64, String)> = Vec::new();
+    for t in &tiers {
+        windows.push((t.long_s, t.spec.long.clone()));
+        windows.push((t.short_s, t.spec.short.clone()));
+    }
+    windows.push((period_s, period.clone()));
+    windows.sort();
+    windows.dedup_by(|a, b| a.1 == b.1);
+
+    let mut groups: Vec<RuleGroup> = Vec::new();
+    for class in sli::classes(slo, &opts.sli)? {
+        let mut rules = Vec::new();
+        let class_slis: Vec<&Sli> = slis.iter().filter(|s| s.class == class).collect();
+        for s in &class_slis {
+            let labels = with_labels(
+                &opts.labels,
+                &[
+                    ("slo_class", s.class.clone()),
+                    ("slo_objective", s.objective.id()),
+                ],
+            );
+            for (_, w) in &windows {
+                rules.push(Rule::Record {
+                    record: ratio_record(w),
+                    expr: LitString(s.error_ratio(w)),
+                    labels: labels.clone(),
+                });
+            }
+            rules.push(Rule::Record {
+                record: "headroom:slo_objective:ratio".into(),
+                expr: LitString(format!("vector({})", fmt_float(s.target))),
+                labels: labels.clone(),
+            });
+            rules.push(Rule::Record {
+                record: "headroom:slo_error_budget:ratio".into(),
+                expr: LitString(format!("vector({})", fmt_float(s.budget))),
+                labels: labels.clone(),
+            });
+            rules.push(Rule::Record {
+                record: "headroom:slo_error_budget_remaining:ratio".into(),
+                expr: LitString(format!(
+                    "1 - {}{} / {}",
+                    ratio_record(&period),
+                    sel_of(s),
+                    fmt_float(s.budget)
+                )),
+                labels: labels.clone(),
+            });
+        }
+        for s in &class_slis {
+            for t in &tiers {
+                if let Some(rule) = burn_alert(s, t, period_s, opts, &mut warnings)? {
+                    rules.push(rule);
+                }
+            }
+        }
+        if let Some(q) = &opts.queue_alert {
+            rules.push(queue_alert(slo, &class, q, opts));
+        }
+        if let Some(f) = &opts.absent_for {
+            for s in &class_slis {
+                rules.push(absent_alert(s, f, opts));
+            }
+        }
+        groups.push(RuleGroup {
+            name: format!("headroom-slo-{}", group_suffix(&class)),
+            rules,
+        });
+    }
+    for g in &groups {
+        for r in &g.rules {
+            validate(r.expr())?;
+        }
+    }
+    Ok((RuleFile { groups }, warnings))
+}
+
+/// `headroom slo rules`: the rule file as YAML, ready for `promtool check rules` and a
+/// Prometheus `rule_files:` entry. Warnings are repeated as comments at the top.
+///
+/// # Errors
+/// As [`rule_file`].
+pub fn rules(slo: &SloFile, opts: &RulesOptions) -> Result<Rendered, SloError> {
+    let (file, warnings) = rule_file(slo, opts)?;
+    let yaml = serde_saphyr::to_string(&file).map_err(|e| SloError::Invalid {
+        field: "rules".into(),
+        message: format!("cannot serialise the rule file: {e}"),
+    })?;
+    let mut r = Rendered {
+        text: format!(
+            "# Generated by `headroom slo rules`: SLO recording rules and multi-window, multi-burn-rate alerts\n# (SRE Workbook ch. 5). Do not edit; regenerate from slo.yaml.\n{yaml}"
+        ),
+        warnings,
+    };
+    sli::warning_comments(&mut r);
+    Ok(r)
+}
+
+fn group_suffix(class: &str) -> String {
+    if class == "*" {
+        return "default".into();
+    }
+    class
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn with_labels(
+    base: &BTreeMap<String, String>,
+    extra: &[(&str, String)],
+) -> BTreeMap<String, String> {
+    let mut m = base.clone();
+    for (k, v) in extra {
+        m.insert((*k).to_string(), v.clone());
+    }
+    m
+}
+
+fn sel_of(s: &Sli) -> String {
+    format!(
+        "{{slo_class={},slo_objective={}}}",
+        quote(&s.class),
+        quote(&s.objective.id())
+    )
+}
+
+fn class_desc(class: &str) -> String {
+    if class == "*" {
+        "default class".into()
+    } else {
+        format!("class {class}")
+    }
+}
+
+fn burn_alert(
+    s: &Sli,
+    t: &BurnTier,
+    period_s: u64,
+    opts: &RulesOptions,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Rule>, SloError> {
+    let threshold = t.threshold(s.budget);
+    if t.is_dead(s.budget) {
+        let msg = format!(
+            "tier {} ({}/{} × {}) can never fire: {} × budget {} = {} ≥ 1, and an error ratio cannot exceed 1; this tier needs a target of at least {:.2} %",
+            t.spec.name,
+            t.spec.long,
+            t.spec.short,
+            fmt_float(t.factor),
+            fmt_float(t.factor),
+            fmt_float(s.budget),
+            fmt_float(threshold),
+            (1.0 - 1.0 / t.factor) * 100.0,
+        );
+        return match opts.dead_tiers {
+            DeadTiers::Refuse => Err(SloError::invalid(&s.field, msg)),
+            DeadTiers::Skip => {
+                warnings.push(format!("{}: {msg}; skipped", s.field));
+                Ok(None)
+            }
+        };
+    }
+    let sel = sel_of(s);
+    let k = format!("({} * {})", fmt_float(t.factor), fmt_float(s.budget));
+    let expr = format!(
+        "{}{sel} > {k}\nand\n{}{sel} > {k}",
+        ratio_record(&t.spec.long),
+        ratio_record(&t.spec.short)
+    );
+    let labels = with_labels(
+        &opts.labels,
+        &[
+            ("severity", t.spec.severity.label().into()),
+            ("tier", t.spec.name.clone()),
+            ("long", t.spec.long.clone()),
+            ("short", t.spec.short.clone()),
+            ("burn_factor", fmt_float(t.factor)),
+            ("exhaustion", t.exhaustion(period_s)),
+            ("slo_class", s.class.clone()),
+            ("slo_objective", s.objective.id()),
+        ],
+    );
+    let mut ann = BTreeMap::new();
+    ann.insert(
+        "summary".into(),
+        format!(
+            "{}: {} is burning its error budget {}× too fast ({} and {} windows)",
+            class_desc(&s.class),
+            s.objective.describe(),
+            fmt_float(t.factor),
+            t.spec.long,
+            t.spec.short
+        ),
+    );
+    ann.insert(
+        "description".into(),
+        format!(
+            "Error ratio over {} is {{{{ $value | humanizePercentage }}}} against a budget of {} ({}). At this rate the {} budget is gone in {}. {}",
+            t.spec.long,
+            fmt_float(s.budget),
+            s.field,
+            fmt_prom(period_s),
+            t.exhaustion(period_s),
+            first_look(&s.objective)
+        ),
+    );
+    Ok(Some(Rule::Alert {
+        alert: BURN_ALERT.into(),
+        expr: LitString(expr),
+        for_: t.spec.for_.clone(),
+        labels,
+        annotations: ann,
+    }))
+}
+
+fn fmt_prom(s: u64) -> String {
+    crate::promql::fmt_prom_duration(s)
+}
+
+fn first_look(o: &Objective) -> &'static str {
+    match o {
+        Objective::Latency {
+            signal: LatencySignal::Ttft | LatencySignal::QueueTime,
+            ..
+        } => {
+            "Look first at vllm:request_queue_time_seconds and vllm:num_requests_waiting (admission), then vllm:request_prefill_time_seconds (prefill contention)."
+        }
+        Objective::Latency {
+            signal: LatencySignal::Itl | LatencySignal::Tpot,
+            ..
+        } => {
+            "Look first at vllm:num_requests_running and vllm:iteration_tokens_total (decode batch size), then vllm:kv_cache_usage_perc and vllm:num_preemptions_total."
+        }
+        Objective::Latency {
+            signal: LatencySignal::E2e,
+            ..
+        } => {
+            "Split E2E into queue, prefill and decode (vllm:request_*_time_seconds) to see which phase grew."
+        }
+        Objective::ErrorRate { .. } => {
+            "Split by vllm:request_success_total{finished_reason} and http_requests_total{status}: aborts are client cancellations or timeouts, 5xx without engine errors fail outside the engine."
+        }
+    }
+}
+
+fn queue_alert(slo: &SloFile, class: &str, q: &QueueAlert, opts: &RulesOptions) -> Rule {
+    let own = slo
+        .spec_for(class)
+        .objectives
+        .iter()
+        .filter_map(|o| match o {
+            Objective::Latency {
+                signal: LatencySignal::QueueTime,
+                threshold_s,
+                ..
+            } => Some(*threshold_s),
+            _ => None,
+        })
+        .fold(None::<f64>, |m, t| Some(m.map_or(t, |m| m.min(t))));
+    let threshold = own.unwrap_or(q.default_mean_s);
+    let sel = sli::engine_selector(slo, &opts.sli.selectors, class);
+    let m = crate::catalogue::VLLM_QUEUE_TIME;
+    let expr = format!(
+        "(\n  sum(rate({}[5m]))\n  /\n  (sum(rate({}[5m])) > 0)\n) > {}",
+        crate::promql::selector(&format!("{m}_sum"), &sel),
+        crate::promql::selector(&format!("{m}_count"), &sel),
+        fmt_float(threshold)
+    );
+    let mut ann = BTreeMap::new();
+    ann.insert(
+        "summary".into(),
+        format!(
+            "{}: requests wait in the engine queue {{{{ $value | humanizeDuration }}}} on average (threshold {})",
+            class_desc(class),
+            fmt_duration_s(threshold)
+        ),
+    );
+    ann.insert(
+        "description".into(),
+        format!(
+            "Mean vllm:request_queue_time_seconds over 5m is above {}{}. Queue time is the earliest saturation signal: admission is full (vllm:num_requests_waiting > 0) before TTFT breaks. Add replicas or lower max concurrency per class; VRAM is not a signal (vLLM preallocates it).",
+            fmt_duration_s(threshold),
+            if own.is_some() {
+                ", the tightest queue_time objective of this class, so that percentile is already breached"
+            } else {
+                ""
+            }
+        ),
+    );
+    Rule::Alert {
+        alert: QUEUE_ALERT.into(),
+        expr: LitString(expr),
+        for_: Some(q.for_.clone()),
+        labels: with_labels(
+            &opts.labels,
+            &[
+                ("severity", "ticket".into()),
+                ("slo_class", class.to_string()),
+            ],
+        ),
+        annotations: ann,
+    }
+}
+
+fn absent_alert(s: &Sli, for_: &str, opts: &RulesOptions) -> Rule {
+    let series = match &s.source {
+        SliSource::Latency {
+            metric,
+            le,
+            selector,
+        } => {
+            let mut m = selector.clone();
+            m.push(crate::promql::le_matcher(le));
+            crate::promql::selector(&format!("{metric}_bucket"), &m)
+        }
+        SliSource::Errors { .. } => s.total_series(),
+    };
+    let mut ann = BTreeMap::new();
+    ann.insert(
+        "summary".into(),
+        format!(
+            "{}: no series for {} ({}); its burn-rate alerts cannot fire",
+            class_desc(&s.class),
+            s.objective.describe(),
+            s.field
+        ),
+    );
+    ann.insert(
+        "description".into(),
+        format!(
+            "absent({series}) for {for_}: the target is not scraped, the class selector matches nothing, or the bucket bound does not exist in this vLLM version."
+        ),
+    );
+    Rule::Alert {
+        alert: ABSENT_ALERT.into(),
+        expr: LitString(format!("absent({series})")),
+        for_: Some(for_.to_string()),
+        labels: with_labels(
+            &opts.labels,
+            &[
+                ("severity", "ticket".into()),
+                ("slo_class", s.class.clone()),
+                ("slo_objective", s.objective.id()),
+            ],
+        ),
+        annotations: ann,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn slo(t: &str) -> SloFile {
+        SloFile::parse(t, Path::new("slo.yaml")).unwrap()
+    }
+
+    #[test]
+    fn four_tiers_per_objective_with_workbook_thresholds() {
+        let f = slo("objectives:\n  chat: {ttft: {p95: 250ms}, error_rate: 0.5%}\n");
+        let (file, w) = rule_file(&f, &RulesOptions::default()).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(file.groups.len(), 1);
+        assert_eq!(file.groups[0].name, "headroom-slo-chat");
+        let alerts: Vec<(&str, &str, &str)> = file.groups[0]
+            .rules
+            .iter()
+            .filter_map(|r| match r {
+                Rule::Alert {
+                    alert,
+                    expr,
+                    labels,
+                    ..
+                } if alert == BURN_ALERT => Some((
+                    labels["slo_objective"].as_str(),
+                    labels["tier"].as_str(),
+                    expr.0.as_str(),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(alerts.len(), 8);
+        // 14.4 × 0.05 = 0.72 for p95; 14.4 × 0.005 = 0.072 for 0.5 % errors.
+        assert!(alerts[0].2.contains(
+            "ratio_rate1h{slo_class=\"chat\",slo_objective=\"ttft_p95\"} > (14.4 * 0.05)"
+        ));
+        assert!(alerts[0].2.contains("ratio_rate5m{"));
+        assert_eq!(alerts[3].1, "ticket_slow");
+        assert!(alerts[3].2.contains("ratio_rate3d{") && alerts[3].2.contains("ratio_rate6h{"));
+        assert!(alerts[4].2.contains("> (14.4 * 0.005)"));
+        // Windows recorded: the seven tier windows plus the 30d period.
+        let records: Vec<&str> = file.groups[0]
+            .rules
+            .iter()
+            .filter_map(|r| match r {
+                Rule::Record { record, labels, .. } if labels["slo_objective"] == "ttft_p95" => {
+                    Some(record.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(records.len(), 8 + 3);
+        assert_eq!(records[0], "headroom:slo_errors_per_event:ratio_rate5m");
+        assert_eq!(records[7], "headroom:slo_errors_per_event:ratio_rate30d");
+    }
+
+    #[test]
+    fn dead_tiers_are_skipped_with_a_warning_or_refused() {
+        // p90: 14.4 × 0.1 = 1.44 ≥ 1 → dead; 6 × 0.1 = 0.6 → alive.
+        let f = slo("objectives:\n  chat: {ttft: {p90: 1s}}\n");
+        let (file, w) = rule_file(&f, &RulesOptions::default()).unwrap();
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].starts_with("objectives.chat.ttft.p90: tier page_fast"),
+            "{}",
+            w[0]
+        );
+        assert!(w[0].contains("14.4 × budget 0.1 = 1.44 ≥ 1"), "{}", w[0]);
+        assert!(w[0].contains("at least 93.06 %"), "{}", w[0]);
+        let n = file.groups[0]
+            .rules
+            .iter()
+            .filter(|r| matches!(r, Rule::Alert { alert, .. } if alert == BURN_ALERT))
+            .count();
+        assert_eq!(n, 3);
+        let refuse = RulesOptions {
+            dead_tiers: DeadTiers::Refuse,
+            ..Default::default()
+        };
+        let e = rule_file(&f, &refuse).unwrap_err().to_string();
+        assert!(
+            e.starts_with("objectives.chat.ttft.p90: tier page_fast"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn queue_alert_uses_tightest_queue_objective_and_nothing_watches_vram() {
+        let f = slo("objectives:\n  chat: {queue_time: {p99: 300ms, p90: 1s}}\n");
+        let r = rules(&f, &RulesOptions::default()).unwrap();
+        assert!(r.text.contains("alert: HeadroomEngineQueueing"));
+        assert!(r.text.contains("(sum(rate(vllm:request_queue_time_seconds_count{model_name=\"chat\"}[5m])) > 0)\n      ) > 0.3"), "{}", r.text);
+        for vram in ["DCGM_FI_DEV_FB_USED", "FB_FREE", "gpu_memory", "GPU_UTIL"] {
+            assert!(!r.text.contains(vram), "{vram}");
+        }
+    }
+
+    #[test]
+    fn bad_window_and_unknown_class_name_the_field() {
+        let f = slo("objectives:\n  chat: {error_rate: 1%}\nbudget: {window: 1M, target: 99%}\n");
+        let e = rules(&f, &RulesOptions::default()).unwrap_err().to_string();
+        assert!(
+            e.starts_with("budget.window: `1M` is not a Prometheus duration"),
+            "{e}"
+        );
+        let f = slo("objectives:\n  chat: {error_rate: 1%}\n");
+        let mut o = RulesOptions::default();
+        o.sli.selectors.overrides.insert("caht".into(), vec![]);
+        let e = rules(&f, &o).unwrap_err().to_string();
+        assert!(
+            e.starts_with("selectors.overrides: unknown class `caht`"),
+            "{e}"
+        );
+    }
+}
