@@ -215,9 +215,17 @@ impl Window {
             .flat_map(|m| m.names.iter().copied())
             .take(8)
             .collect();
+            let filter = if opts.selection == Selection::default() {
+                String::new()
+            } else {
+                format!(
+                    "; only series with model_name={:?} engine={:?} were kept",
+                    opts.selection.model_name, opts.selection.engine
+                )
+            };
             return Err(WindowError::NoEngineMetrics {
                 origin: last.source.clone(),
-                detected: format!("{} — {}", eng.name(), detected.evidence),
+                detected: format!("{} — {}{filter}", eng.name(), detected.evidence),
                 looked_for: looked.join(", "),
             });
         }
