@@ -455,38 +455,35 @@ fn histogram_delta(
     let mut pairs: Vec<(f64, f64)> = Vec::new();
     let (mut sum, mut count) = (0.0, 0.0);
     for (labels, points) in series {
+        // Buckets by the bits of their bound (`"1"` and `"1.0"` parse to the same f64), so that
+        // matching bounds across scrapes stays O(B log B) on hostile bodies with many buckets.
+        let maps: Vec<BTreeMap<u64, f64>> = points
+            .iter()
+            .map(|p| p.buckets.iter().map(|b| (b.0.to_bits(), b.1)).collect())
+            .collect();
+        let (first, last) = (&points[0], &points[points.len() - 1]);
+        let mut d_sum = last.sum - first.sum;
+        let mut d_count = last.count - first.count;
         let mut le_inc: BTreeMap<u64, (f64, f64)> = BTreeMap::new(); // le bits → (le, inc)
-        let mut d_sum = points.last().map(|p| p.sum).unwrap_or(0.0) - points[0].sum;
-        let mut d_count = points.last().map(|p| p.count).unwrap_or(0.0) - points[0].count;
-        let last = points.last().unwrap_or(&points[0]);
         for &(le, c) in &last.buckets {
-            let first = points[0]
-                .buckets
-                .iter()
-                .find(|b| b.0 == le)
-                .map(|b| b.1)
-                .unwrap_or(0.0);
-            le_inc.insert(le.to_bits(), (le, c - first));
+            let base = maps[0].get(&le.to_bits()).copied().unwrap_or(0.0);
+            le_inc.insert(le.to_bits(), (le, c - base));
         }
-        for (i, w) in points.windows(2).enumerate() {
-            let (prev, cur) = (&w[0], &w[1]);
-            let bucket_down = cur.buckets.iter().any(|&(le, c)| {
-                prev.buckets
-                    .iter()
-                    .find(|b| b.0 == le)
-                    .is_some_and(|b| c < b.1)
-            });
+        for i in 1..points.len() {
+            let (prev, cur) = (&points[i - 1], &points[i]);
+            let bucket_down = maps[i]
+                .iter()
+                .any(|(le, c)| maps[i - 1].get(le).is_some_and(|p| c < p));
             if cur.count < prev.count || bucket_down {
                 resets.push(format!(
-                    "{} {}: histogram reset before scrape {}",
+                    "{} {}: histogram reset before scrape {i}",
                     sig.name(),
                     labels,
-                    i + 1
                 ));
                 d_sum += prev.sum;
                 d_count += prev.count;
-                for &(le, c) in &prev.buckets {
-                    if let Some(e) = le_inc.get_mut(&le.to_bits()) {
+                for (le, c) in &maps[i - 1] {
+                    if let Some(e) = le_inc.get_mut(le) {
                         e.1 += c;
                     }
                 }

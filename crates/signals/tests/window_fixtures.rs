@@ -182,3 +182,29 @@ fn dcgm_window() {
     assert_eq!(w.gpus[0].increases[&GpuField::EnergyJ], 0.0);
     assert_eq!(w.gpus[0].gauges[&GpuField::PowerW].mean, 16.365);
 }
+
+#[test]
+fn hostile_bucket_count_stays_linear() {
+    // One histogram series with 20 000 buckets in each of two scrapes: matching bounds must not
+    // be quadratic (2 × 10^8 comparisons would take seconds in a debug build).
+    let body = |scale: f64| {
+        let mut b = String::from("# TYPE vllm:e2e_request_latency_seconds histogram\n");
+        for i in 0..20_000 {
+            b.push_str(&format!(
+                "vllm:e2e_request_latency_seconds_bucket{{le=\"{i}\"}} {}\n",
+                (i as f64) * scale
+            ));
+        }
+        b.push_str(&format!(
+            "vllm:e2e_request_latency_seconds_bucket{{le=\"+Inf\"}} {}\n",
+            20_000.0 * scale
+        ));
+        b
+    };
+    let a = Scrape::from_body("a", body(1.0), 1.0, None).unwrap();
+    let b = Scrape::from_body("b", body(2.0), 2.0, None).unwrap();
+    let t = std::time::Instant::now();
+    let w = Window::from_scrapes(&[a, b], &[], &WindowOptions::default()).unwrap();
+    assert_eq!(w.histogram(Signal::E2e).unwrap().observations(), 20_000.0);
+    assert!(t.elapsed().as_secs_f64() < 10.0, "{:?}", t.elapsed());
+}
