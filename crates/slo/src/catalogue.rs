@@ -43,6 +43,10 @@ pub const VLLM_HTTP_REQUESTS: &str = "http_requests_total";
 /// `vllm:num_requests_waiting`: requests admitted to the engine but not yet scheduled.
 pub const VLLM_NUM_REQUESTS_WAITING: &str = "vllm:num_requests_waiting";
 
+/// `vllm:num_requests_running`: requests in the running batch; a gauge every engine exports
+/// from start, used to find the scrape targets that serve a class.
+pub const VLLM_NUM_REQUESTS_RUNNING: &str = "vllm:num_requests_running";
+
 /// `vllm:kv_cache_usage_perc`: share of KV-cache blocks in use, a 0–1 ratio despite the name.
 pub const VLLM_KV_CACHE_USAGE: &str = "vllm:kv_cache_usage_perc";
 

@@ -13,10 +13,12 @@
 //! total = vllm:request_success_total{sel}                              + http_requests_total{http,status=~"5.."}
 //! ```
 //! each term as `(sum(rate(…[w])) or vector(0))`, because instrumentator creates the `5xx`
-//! series only at the first 5xx and a missing term would otherwise empty the whole sum. An
-//! engine error that also ends as an HTTP 5xx counts twice: the SLI errs on the side of alerting.
-//! HTTP 5xx that the engine never saw (a crash of the API server, a timeout in front of the
-//! engine) count once, which is the point of adding them.
+//! series only at the first 5xx and a missing term would otherwise empty the whole sum. HTTP
+//! series carry no model label; they are attributed to the class through the scrape target (see
+//! [`Selectors::http_join_labels`]). An engine error that also ends as an HTTP 5xx counts
+//! twice: the SLI errs on the side of alerting. HTTP 5xx that the engine never saw (a crash of
+//! the API server, a timeout in front of the engine) count once, which is the point of adding
+//! them.
 //!
 //! Ratio: `(bad) / ((total) > 0)`. On a quiet service the denominator filter empties the
 //! result instead of producing `0/0 = NaN`, so recording rules record nothing and no alert can
@@ -24,7 +26,7 @@
 
 use crate::catalogue::{
     self, GATEWAY_CLASS_LABEL, HistogramSpec, VLLM_BAD_FINISHED_REASONS, VLLM_HTTP_REQUESTS,
-    VLLM_REQUEST_SUCCESS,
+    VLLM_NUM_REQUESTS_RUNNING, VLLM_REQUEST_SUCCESS,
 };
 use crate::promql::{Matcher, clean, le_matcher, le_value, regex_escape, selector};
 use crate::{Rendered, SloError};
@@ -70,10 +72,15 @@ pub struct Selectors {
     pub overrides: BTreeMap<String, Vec<Matcher>>,
     /// Added to every engine selector.
     pub common: Vec<Matcher>,
-    /// Selector of the engine's `http_requests_total` (no model label there, so the HTTP 5xx of
-    /// one server count against every class it serves). `None` leaves HTTP status out of the
+    /// Selector of the engine's `http_requests_total`. `None` leaves HTTP status out of the
     /// error SLI. Default `handler=~"/v1/.*"` (the OpenAI endpoints); `common` is added.
     pub http: Option<Vec<Matcher>>,
+    /// `http_requests_total` has no model label, so its 5xx are attributed to a class through
+    /// the scrape target: `* on(<labels>) group_left() group by (<labels>)
+    /// (vllm:num_requests_running{<class selector>})` keeps the HTTP series of the targets
+    /// that serve the class. Default `job, instance`; empty counts every matching 5xx against
+    /// every class.
+    pub http_join_labels: Vec<String>,
     /// Added to every gateway selector (with [`LatencySource::Gateway`]).
     pub gateway_common: Vec<Matcher>,
 }
@@ -85,6 +92,7 @@ impl Default for Selectors {
             overrides: BTreeMap::new(),
             common: Vec::new(),
             http: Some(vec![Matcher::re("handler", "/v1/.*")]),
+            http_join_labels: vec!["job".into(), "instance".into()],
             gateway_common: Vec::new(),
         }
     }
@@ -121,6 +129,9 @@ pub enum SliSource {
         selector: Vec<Matcher>,
         /// Selector on `http_requests_total`, if HTTP status is used.
         http: Option<Vec<Matcher>>,
+        /// Labels joining HTTP series to the class's engine series (see
+        /// [`Selectors::http_join_labels`]).
+        join: Vec<String>,
     },
 }
 
@@ -174,6 +185,7 @@ impl Sli {
             SliSource::Errors {
                 selector: sel,
                 http,
+                join,
             } => {
                 let mut bad_sel = sel.clone();
                 bad_sel.push(Matcher::re(
@@ -186,7 +198,16 @@ impl Sli {
                 if let Some(h) = http {
                     let mut hs = h.clone();
                     hs.push(Matcher::re("status", "5.."));
-                    let t = term(selector(VLLM_HTTP_REQUESTS, &hs));
+                    let http_sel = selector(VLLM_HTTP_REQUESTS, &hs);
+                    let t = if join.is_empty() {
+                        term(http_sel)
+                    } else {
+                        let on = join.join(", ");
+                        format!(
+                            "(sum({func}({http_sel}[{w}]) * on({on}) group_left() group by ({on}) ({})) or vector(0))",
+                            selector(VLLM_NUM_REQUESTS_RUNNING, sel)
+                        )
+                    };
                     bad = format!("{bad} + {t}");
                     total = format!("{total} + {t}");
                 }
@@ -443,6 +464,7 @@ fn resolve_one(
                 source: SliSource::Errors {
                     selector: engine_selector(slo, &opts.selectors, class),
                     http,
+                    join: opts.selectors.http_join_labels.clone(),
                 },
             })
         }
@@ -626,7 +648,7 @@ mod tests {
         let (bad, total) = s[0].increases("30d");
         assert_eq!(
             bad,
-            "(sum(increase(vllm:request_success_total{model_name=\"chat\",job=\"vllm\",finished_reason=~\"abort|error\"}[30d])) or vector(0)) + (sum(increase(http_requests_total{handler=~\"/v1/.*\",job=\"vllm\",status=~\"5..\"}[30d])) or vector(0))"
+            "(sum(increase(vllm:request_success_total{model_name=\"chat\",job=\"vllm\",finished_reason=~\"abort|error\"}[30d])) or vector(0)) + (sum(increase(http_requests_total{handler=~\"/v1/.*\",job=\"vllm\",status=~\"5..\"}[30d]) * on(job, instance) group_left() group by (job, instance) (vllm:num_requests_running{model_name=\"chat\",job=\"vllm\"})) or vector(0))"
         );
         assert!(total.starts_with(
             "(sum(increase(vllm:request_success_total{model_name=\"chat\",job=\"vllm\"}[30d])) or vector(0)) + "
