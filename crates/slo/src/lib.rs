@@ -28,7 +28,7 @@
 // pub mod autoscale;
 // pub mod budget;
 pub mod catalogue;
-// pub mod dashboard;
+pub mod dashboard;
 // pub mod openslo;
 // pub mod prom_api;
 pub mod promql;
@@ -38,7 +38,7 @@ pub mod tiers;
 
 // pub use autoscale::{AutoscaleOptions, autoscale};
 // pub use budget::{BudgetStatus, Decision, budget_status};
-// pub use dashboard::{DashboardOptions, dashboard};
+pub use dashboard::{DashboardOptions, dashboard};
 pub use rules::{RulesOptions, rules};
 pub use sli::{LatencySource, OffBucket, Selectors};
 pub use tiers::{BurnTier, DeadTiers};
