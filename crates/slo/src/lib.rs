@@ -25,7 +25,7 @@
 //! See [`sli::Selectors`]: with vLLM alone a class is a served model (`model_name`); the label
 //! and the whole matcher list are configurable per class.
 
-// pub mod autoscale;
+pub mod autoscale;
 // pub mod budget;
 pub mod catalogue;
 pub mod dashboard;
@@ -36,7 +36,7 @@ pub mod rules;
 pub mod sli;
 pub mod tiers;
 
-// pub use autoscale::{AutoscaleOptions, autoscale};
+pub use autoscale::{AutoscaleOptions, autoscale};
 // pub use budget::{BudgetStatus, Decision, budget_status};
 pub use dashboard::{DashboardOptions, dashboard};
 pub use rules::{RulesOptions, rules};
