@@ -26,18 +26,18 @@
 //! and the whole matcher list are configurable per class.
 
 pub mod autoscale;
-// pub mod budget;
+pub mod budget;
 pub mod catalogue;
 pub mod dashboard;
 // pub mod openslo;
-// pub mod prom_api;
+pub mod prom_api;
 pub mod promql;
 pub mod rules;
 pub mod sli;
 pub mod tiers;
 
 pub use autoscale::{AutoscaleOptions, autoscale};
-// pub use budget::{BudgetStatus, Decision, budget_status};
+pub use budget::{BudgetStatus, Decision, budget_status};
 pub use dashboard::{DashboardOptions, dashboard};
 pub use rules::{RulesOptions, rules};
 pub use sli::{LatencySource, OffBucket, Selectors};

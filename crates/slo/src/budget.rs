@@ -1,0 +1,481 @@
+//! `headroom slo budget`: error-budget status per class and objective (SRE Workbook ch. 2, 5).
+//!
+//! With `bad` and `total` events over the SLO period and the objective's error budget
+//! `b = 1 − target`:
+//! - SLI = `1 − bad/total` (the share of good events);
+//! - budget consumed = `(bad/total) / b` — the period's burn rate, 1 meaning exactly spent;
+//! - budget left = `1 − consumed` (negative when overspent);
+//! - burn rate over window `w` = `(bad_w/total_w) / b`; a tier "fires" when both its long and
+//!   its short window burn faster than its factor (the same condition as the alerts of
+//!   [`crate::rules()`]).
+//!
+//! Policy ([`Decision`]): past `freeze_at` of the budget consumed, freeze non-essential tuning
+//! (flag changes, model or runtime upgrades that are not reliability fixes); past 100 %, the
+//! budget is exhausted. No events over the period gives no decision rather than a fake 100 %.
+//!
+//! [`budget_status`] is pure arithmetic; [`fetch_budget`] asks Prometheus for the counts with
+//! `sum(increase(…[w]))` over the same SLI expressions as the rules, so it works whether or not
+//! the rules are installed, and computes a true ratio over the period (not an average of short
+//! ratios, Sloth #618).
+
+use crate::prom_api::PromClient;
+use crate::promql::fmt_float;
+use crate::sli::{self, Sli, SliOptions};
+use crate::tiers::{self, BurnTier, Severity, TierSpec};
+use crate::{Rendered, SloError};
+use headroom_core::slo::SloFile;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Bad and total events over one window.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EventCounts {
+    /// Events that missed the objective.
+    pub bad: f64,
+    /// All events.
+    pub total: f64,
+}
+
+impl EventCounts {
+    /// `bad / total`, `None` without events (or with non-finite counts).
+    pub fn error_ratio(&self) -> Option<f64> {
+        (self.total > 0.0 && self.total.is_finite() && self.bad.is_finite())
+            .then(|| (self.bad / self.total).clamp(0.0, 1.0))
+    }
+}
+
+/// The measured input of one objective.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectiveEvents {
+    /// Class name.
+    pub class: String,
+    /// Objective id (`ttft_p95`, `error_rate`).
+    pub objective: String,
+    /// Human form (`TTFT p95 < 250 ms`).
+    pub description: String,
+    /// Error budget `1 − target`, in (0, 1).
+    pub budget: f64,
+    /// Counts over the SLO period.
+    pub period: EventCounts,
+    /// Counts per tier window (keyed by the window as written, e.g. `1h`).
+    pub windows: BTreeMap<String, EventCounts>,
+}
+
+/// The burn of one alert tier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierBurn {
+    /// Tier name (`page_fast`, …).
+    pub tier: String,
+    /// Page or ticket.
+    pub severity: Severity,
+    /// Factor the burn must exceed in both windows.
+    pub factor: f64,
+    /// Long window.
+    pub long: String,
+    /// Short window.
+    pub short: String,
+    /// Burn rate over the long window (`None` without events).
+    pub long_burn: Option<f64>,
+    /// Burn rate over the short window.
+    pub short_burn: Option<f64>,
+    /// Both burns above the factor.
+    pub burning: bool,
+}
+
+/// The policy decision for one objective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// No events over the period: nothing to judge.
+    NoData,
+    /// Less than `freeze_at` of the budget consumed: tuning may go on.
+    WithinBudget,
+    /// At least `freeze_at` consumed: freeze non-essential tuning.
+    FreezeTuning,
+    /// The whole budget is consumed: only reliability work until it recovers.
+    Exhausted,
+}
+
+impl Decision {
+    /// Words for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Decision::NoData => "no data",
+            Decision::WithinBudget => "within budget",
+            Decision::FreezeTuning => "freeze non-essential tuning",
+            Decision::Exhausted => "budget exhausted: reliability work only",
+        }
+    }
+}
+
+/// Error-budget status of one objective of one class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetStatus {
+    /// Class name.
+    pub class: String,
+    /// Objective id.
+    pub objective: String,
+    /// Human form.
+    pub description: String,
+    /// Target share of good events.
+    pub target: f64,
+    /// Error budget, `1 − target`.
+    pub budget: f64,
+    /// Counts over the period.
+    pub period: EventCounts,
+    /// SLI over the period: share of good events.
+    pub sli: Option<f64>,
+    /// Share of the budget consumed (the period's burn rate).
+    pub consumed: Option<f64>,
+    /// `1 − consumed`.
+    pub remaining: Option<f64>,
+    /// Burn of each tier.
+    pub tiers: Vec<TierBurn>,
+    /// Policy decision.
+    pub decision: Decision,
+}
+
+/// Pure arithmetic: the status of `ev` under `tiers` and the policy `freeze_at` (0–1).
+pub fn budget_status(ev: &ObjectiveEvents, tiers: &[BurnTier], freeze_at: f64) -> BudgetStatus {
+    let ratio = ev.period.error_ratio();
+    let consumed = ratio.map(|r| r / ev.budget);
+    let burn = |w: &str| {
+        ev.windows
+            .get(w)
+            .and_then(EventCounts::error_ratio)
+            .map(|r| r / ev.budget)
+    };
+    let tiers = tiers
+        .iter()
+        .map(|t| {
+            let long_burn = burn(&t.spec.long);
+            let short_burn = burn(&t.spec.short);
+            TierBurn {
+                tier: t.spec.name.clone(),
+                severity: t.spec.severity,
+                factor: t.factor,
+                long: t.spec.long.clone(),
+                short: t.spec.short.clone(),
+                long_burn,
+                short_burn,
+                burning: long_burn.is_some_and(|b| b > t.factor)
+                    && short_burn.is_some_and(|b| b > t.factor),
+            }
+        })
+        .collect();
+    let decision = match consumed {
+        None => Decision::NoData,
+        Some(c) if c >= 1.0 => Decision::Exhausted,
+        Some(c) if c >= freeze_at => Decision::FreezeTuning,
+        Some(_) => Decision::WithinBudget,
+    };
+    BudgetStatus {
+        class: ev.class.clone(),
+        objective: ev.objective.clone(),
+        description: ev.description.clone(),
+        target: 1.0 - ev.budget,
+        budget: ev.budget,
+        period: ev.period,
+        sli: ratio.map(|r| 1.0 - r),
+        consumed,
+        remaining: consumed.map(|c| 1.0 - c),
+        tiers,
+        decision,
+    }
+}
+
+/// Options of [`fetch_budget`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetOptions {
+    /// Class selectors, latency source, class filter.
+    pub sli: SliOptions,
+    /// Alert tiers (default: the Workbook's four).
+    pub tiers: Vec<TierSpec>,
+    /// Evaluation time (Unix seconds); now when `None`.
+    pub at: Option<f64>,
+    /// Timeout of each query.
+    pub timeout: Duration,
+}
+
+impl Default for BudgetOptions {
+    fn default() -> Self {
+        BudgetOptions {
+            sli: SliOptions::default(),
+            tiers: tiers::workbook_tiers(),
+            at: None,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The SLO period and policy of `slo` (defaults: `30d`, freeze at 50 %).
+///
+/// # Errors
+/// `budget.freeze_at` outside (0, 1].
+pub fn policy(slo: &SloFile) -> Result<(String, f64), SloError> {
+    let (window, freeze_at) = slo
+        .budget
+        .as_ref()
+        .map(|b| (b.window.clone(), b.freeze_at))
+        .unwrap_or_else(|| ("30d".into(), 0.5));
+    if !(freeze_at > 0.0 && freeze_at <= 1.0) {
+        return Err(SloError::invalid(
+            "budget.freeze_at",
+            format!("{freeze_at} is outside (0, 100 %]; expected e.g. 50%"),
+        ));
+    }
+    Ok((window, freeze_at))
+}
+
+/// Queries `prom` for the events of every objective of every class and computes their status.
+/// Returns the statuses and the warnings of SLI resolution (snapped thresholds).
+///
+/// # Errors
+/// As [`sli::resolve`] and [`tiers::resolve`]; [`SloError::Prometheus`] when a query fails.
+pub async fn fetch_budget(
+    prom: &PromClient,
+    slo: &SloFile,
+    opts: &BudgetOptions,
+) -> Result<(Vec<BudgetStatus>, Vec<String>), SloError> {
+    let (period, freeze_at) = policy(slo)?;
+    let (_, tiers) = tiers::resolve(&period, &opts.tiers)?;
+    let (slis, warnings) = sli::resolve(slo, &opts.sli)?;
+    let mut windows: Vec<String> = Vec::new();
+    for t in &tiers {
+        for w in [&t.spec.long, &t.spec.short] {
+            if !windows.contains(w) {
+                windows.push(w.clone());
+            }
+        }
+    }
+    // One evaluation instant for every query, so that bad and total events, and all windows,
+    // cover exactly the same span.
+    let at = opts.at.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+    });
+    let mut out = Vec::new();
+    for s in &slis {
+        let period_counts = counts(prom, s, &period, Some(at)).await?;
+        let mut per_window = BTreeMap::new();
+        for w in &windows {
+            per_window.insert(w.clone(), counts(prom, s, w, Some(at)).await?);
+        }
+        let ev = ObjectiveEvents {
+            class: s.class.clone(),
+            objective: s.objective.id(),
+            description: s.objective.describe(),
+            budget: s.budget,
+            period: period_counts,
+            windows: per_window,
+        };
+        out.push(budget_status(&ev, &tiers, freeze_at));
+    }
+    Ok((out, warnings))
+}
+
+async fn counts(
+    prom: &PromClient,
+    s: &Sli,
+    window: &str,
+    at: Option<f64>,
+) -> Result<EventCounts, SloError> {
+    let (bad, total) = s.increases(window);
+    let total = prom.single(&total, at).await?.unwrap_or(0.0);
+    let bad = prom.single(&bad, at).await?.unwrap_or(0.0);
+    Ok(EventCounts {
+        bad: bad.max(0.0),
+        total,
+    })
+}
+
+fn pct(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{} %", fmt_float((v * 1e4).round() / 100.0)),
+        _ => "–".into(),
+    }
+}
+
+fn burn(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => fmt_float((v * 100.0).round() / 100.0),
+        _ => "–".into(),
+    }
+}
+
+/// Renders statuses as a plain-text table, one line per class and objective, then one line per
+/// burning tier.
+pub fn render(statuses: &[BudgetStatus], period: &str) -> Rendered {
+    let mut rows: Vec<Vec<String>> = vec![vec![
+        "class".into(),
+        "objective".into(),
+        format!("SLI ({period})"),
+        "target".into(),
+        "budget used".into(),
+        "left".into(),
+        "burn long/short per tier".into(),
+        "decision".into(),
+    ]];
+    for s in statuses {
+        let burns: Vec<String> = s
+            .tiers
+            .iter()
+            .map(|t| {
+                format!(
+                    "{}/{} {}/{}{}",
+                    t.long,
+                    t.short,
+                    burn(t.long_burn),
+                    burn(t.short_burn),
+                    if t.burning { "!" } else { "" }
+                )
+            })
+            .collect();
+        rows.push(vec![
+            s.class.clone(),
+            s.description.clone(),
+            pct(s.sli),
+            pct(Some(s.target)),
+            pct(s.consumed),
+            pct(s.remaining),
+            burns.join("  "),
+            s.decision.describe().into(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut text = String::new();
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        text.push_str(line.join("  ").trim_end());
+        text.push('\n');
+    }
+    for s in statuses {
+        for t in s.tiers.iter().filter(|t| t.burning) {
+            text.push_str(&format!(
+                "{} {}: {} tier {} is burning ({}× budget over {} and {}× over {}, factor {})\n",
+                s.class,
+                s.objective,
+                t.severity.label(),
+                t.tier,
+                burn(t.long_burn),
+                t.long,
+                burn(t.short_burn),
+                t.short,
+                fmt_float(t.factor)
+            ));
+        }
+    }
+    Rendered {
+        text,
+        warnings: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiers30() -> Vec<BurnTier> {
+        tiers::resolve("30d", &tiers::workbook_tiers()).unwrap().1
+    }
+
+    fn ev(budget: f64, period: (f64, f64), window: (f64, f64)) -> ObjectiveEvents {
+        let w = EventCounts {
+            bad: window.0,
+            total: window.1,
+        };
+        ObjectiveEvents {
+            class: "chat".into(),
+            objective: "ttft_p95".into(),
+            description: "TTFT p95 < 250 ms".into(),
+            budget,
+            period: EventCounts {
+                bad: period.0,
+                total: period.1,
+            },
+            windows: ["5m", "30m", "1h", "2h", "6h", "1d", "3d"]
+                .iter()
+                .map(|k| (k.to_string(), w))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn hand_computed_budget() {
+        // p95 (budget 5 %): 1 000 000 TTFTs over 30 d, 30 000 above 250 ms → SLI 97 %,
+        // error ratio 3 % = 60 % of the budget used, 40 % left; freeze_at 50 % → freeze.
+        // Windows at 18 %: burn 3.6 → above 3 (ticket_fast) and 1 (ticket_slow), below 6 and 14.4.
+        let s = budget_status(&ev(0.05, (30_000.0, 1e6), (180.0, 1000.0)), &tiers30(), 0.5);
+        assert!((s.sli.unwrap() - 0.97).abs() < 1e-12);
+        assert!((s.consumed.unwrap() - 0.6).abs() < 1e-12);
+        assert!((s.remaining.unwrap() - 0.4).abs() < 1e-12);
+        assert_eq!(s.decision, Decision::FreezeTuning);
+        let burning: Vec<&str> = s
+            .tiers
+            .iter()
+            .filter(|t| t.burning)
+            .map(|t| t.tier.as_str())
+            .collect();
+        assert_eq!(burning, vec!["ticket_fast", "ticket_slow"]);
+        assert!((s.tiers[0].long_burn.unwrap() - 3.6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn decisions_at_the_edges() {
+        let t = tiers30();
+        // error_rate 0.5 %: 40 bad of 10 000 = 0.4 % → 80 % used; freeze_at 90 % → within.
+        let s = budget_status(&ev(0.005, (40.0, 10_000.0), (0.0, 100.0)), &t, 0.9);
+        assert!((s.consumed.unwrap() - 0.8).abs() < 1e-12);
+        assert_eq!(s.decision, Decision::WithinBudget);
+        assert!(s.tiers.iter().all(|t| !t.burning));
+        // 150 bad of 10 000 = 1.5 % → 300 % used, 200 % overspent.
+        let s = budget_status(&ev(0.005, (150.0, 10_000.0), (0.0, 100.0)), &t, 0.5);
+        assert_eq!(s.decision, Decision::Exhausted);
+        assert!((s.remaining.unwrap() + 2.0).abs() < 1e-12);
+        // A quiet service: no events, no decision, no burn (not NaN).
+        let s = budget_status(&ev(0.05, (0.0, 0.0), (0.0, 0.0)), &t, 0.5);
+        assert_eq!(s.decision, Decision::NoData);
+        assert_eq!(s.sli, None);
+        assert!(s.tiers.iter().all(|t| t.long_burn.is_none() && !t.burning));
+    }
+
+    #[test]
+    fn render_shows_decision_and_burning_tiers() {
+        let s = budget_status(&ev(0.05, (30_000.0, 1e6), (180.0, 1000.0)), &tiers30(), 0.5);
+        let r = render(&[s], "30d");
+        let lines: Vec<&str> = r.text.lines().collect();
+        assert!(lines[0].starts_with("class  objective"), "{}", r.text);
+        assert!(lines[1].contains("97 %"), "{}", r.text);
+        assert!(lines[1].contains("60 %"), "{}", r.text);
+        assert!(lines[1].contains("1d/2h 3.6/3.6!"), "{}", r.text);
+        assert!(
+            lines[1].ends_with("freeze non-essential tuning"),
+            "{}",
+            r.text
+        );
+        assert_eq!(
+            lines[2],
+            "chat ttft_p95: ticket tier ticket_fast is burning (3.6× budget over 1d and 3.6× over 2h, factor 3)"
+        );
+    }
+
+    #[test]
+    fn bad_freeze_at_names_the_field() {
+        let mut f = SloFile::parse(
+            "objectives:\n  a: {error_rate: 1%}\nbudget: {window: 30d, target: 99%, freeze_at: 150%}\n",
+            std::path::Path::new("slo.yaml"),
+        )
+        .unwrap();
+        let e = policy(&f).unwrap_err().to_string();
+        assert!(e.starts_with("budget.freeze_at: 1.5 is outside"), "{e}");
+        f.budget = None;
+        assert_eq!(policy(&f).unwrap(), ("30d".to_string(), 0.5));
+    }
+}
