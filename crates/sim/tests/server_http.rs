@@ -806,3 +806,32 @@ async fn many_concurrent_streams_complete() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn wall_clock_delivery_matches_the_engine_clock() {
+    bounded(async {
+        // Real step times: the client-side E2E of one stream must equal the engine's own
+        // `vllm:e2e_request_latency_seconds` (arrival → last token on the engine clock) up to
+        // scheduling jitter; a driver that delivered early, late, or scaled time twice would
+        // miss by a whole step or more.
+        let srv = start(spec(1.0), Faults::default(), None).await;
+        let a = srv.api_addr;
+        let sent = Instant::now();
+        let r = post(a, "/v1/completions", &serde_json::json!({"prompt":"time me","max_tokens":40,"ignore_eos":true,"stream":true})).await;
+        let client_e2e = (*r.event_times.last().unwrap() - sent).as_secs_f64();
+        let client_ttft = (r.event_times[0] - sent).as_secs_f64();
+        assert_eq!(tally(&r.events()).0, 40);
+        let s = scrape(a).await;
+        let server_e2e = sample(&s, "vllm:e2e_request_latency_seconds_sum", &[]);
+        let server_ttft = sample(&s, "vllm:time_to_first_token_seconds_sum", &[]);
+        assert_eq!(sample(&s, "vllm:e2e_request_latency_seconds_count", &[]), 1.0);
+        // 40 decode steps of an A10G + Qwen2.5-3B take several hundred ms.
+        assert!(server_e2e > 0.2, "server e2e {server_e2e}");
+        // The client can only be later than the engine (network, parsing): allow 5 ms early
+        // for clock granularity and 150 ms late for a loaded shared machine.
+        assert!(client_e2e >= server_e2e - 0.005 && client_e2e <= server_e2e + 0.15, "client e2e {client_e2e} vs server {server_e2e}");
+        assert!(client_ttft >= server_ttft - 0.005 && client_ttft <= server_ttft + 0.15, "client ttft {client_ttft} vs server {server_ttft}");
+        srv.shutdown().await;
+    })
+    .await;
+}

@@ -5,6 +5,7 @@
 //! `GET /metrics`. With an API key, `/v1/*` requires `Authorization: Bearer <key>` and answers
 //! 401 `{"error":"Unauthorized"}` otherwise (vLLM's `AuthenticationMiddleware`).
 
+use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use std::task::{Context, Poll};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -218,11 +219,11 @@ async fn dcgm_metrics(State(tx): State<mpsc::UnboundedSender<Command>>) -> Respo
     }
 }
 
-async fn completions(State(s): State<Shared>, _headers: HeaderMap, body: Bytes) -> Response {
+async fn completions(State(s): State<Shared>, body: Bytes) -> Response {
     serve_completion(s, Endpoint::Completions, body).await
 }
 
-async fn chat_completions(State(s): State<Shared>, _headers: HeaderMap, body: Bytes) -> Response {
+async fn chat_completions(State(s): State<Shared>, body: Bytes) -> Response {
     serve_completion(s, Endpoint::ChatCompletions, body).await
 }
 
@@ -498,5 +499,3 @@ impl Stream for SseStream {
         Poll::Ready(Some(Ok(out.freeze())))
     }
 }
-
-use std::future::Future as _;
