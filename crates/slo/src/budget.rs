@@ -275,6 +275,25 @@ pub async fn fetch_budget(
     Ok((out, warnings))
 }
 
+/// `headroom slo budget --prometheus URL`: fetches the events from Prometheus at
+/// `prometheus_url` and renders the status table ([`render`]); warnings of SLI resolution are
+/// returned in [`Rendered::warnings`].
+///
+/// # Errors
+/// As [`fetch_budget`], and [`PromClient::new`] for a URL that is not `http://host:port`.
+pub async fn budget_report(
+    prometheus_url: &str,
+    slo: &SloFile,
+    opts: &BudgetOptions,
+) -> Result<Rendered, SloError> {
+    let prom = PromClient::new(prometheus_url, opts.timeout)?;
+    let (statuses, warnings) = fetch_budget(&prom, slo, opts).await?;
+    let (period, _) = policy(slo)?;
+    let mut r = render(&statuses, &period);
+    r.warnings = warnings;
+    Ok(r)
+}
+
 async fn counts(
     prom: &PromClient,
     s: &Sli,

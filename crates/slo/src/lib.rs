@@ -1,12 +1,12 @@
 //! From one `slo.yaml` ([`headroom_core::slo::SloFile`]) to everything an SRE who owns alerts
 //! needs: Prometheus recording rules and multi-window, multi-burn-rate alerts ([`rules()`]), a
 //! Grafana dashboard laid out by the six analysis steps ([`dashboard()`]), an autoscaling
-//! trigger ([`autoscale()`]), error-budget status ([`budget`]) and an OpenSLO v1 importer
-//! ([`openslo`]).
+//! trigger ([`autoscale()`]), error-budget status ([`budget_report`], arithmetic in [`budget`])
+//! and an OpenSLO v1 importer ([`import_openslo`]).
 //!
 //! Each generator is a pure function `(&SloFile, &Options) -> Result<Rendered, SloError>`; the
 //! only I/O in this crate is [`prom_api`] (PromQL over the Prometheus HTTP API), used by
-//! [`budget::fetch_budget`]. The `headroom slo …` commands in the CLI call these functions and
+//! [`budget_report`] (async). The `headroom slo …` commands in the CLI call these functions and
 //! print [`Rendered::text`] to stdout and [`Rendered::warnings`] to stderr.
 //!
 //! # How an objective becomes an SLI
@@ -19,7 +19,15 @@
 //!
 //! `budget.window` is the SLO period (default `30d`) from which the burn-rate factors are
 //! computed, and `budget.freeze_at` drives the policy decision. `budget.target` does not enter
-//! the rules: each objective already carries its own target, as above.
+//! the rules or the budget: each objective already carries its own target, as above.
+//!
+//! # Thresholds and buckets
+//! A classic histogram counts events at or below each bound, so a latency threshold must be a
+//! bucket bound of the histogram it is measured on (Sloth #506; Pyrra validates the same). vLLM's
+//! bounds are fixed ([`catalogue`]): e.g. TTFT has 0.25 s and 0.5 s but not 0.3 s, and queue time
+//! starts at 0.3 s. Off-grid thresholds are refused with the nearest bounds, or snapped on
+//! request ([`OffBucket`]), or measured on the gateway's histograms ([`LatencySource::Gateway`]),
+//! whose buckets include every threshold.
 //!
 //! # Request class → series
 //! See [`sli::Selectors`]: with vLLM alone a class is a served model (`model_name`); the label
@@ -29,7 +37,7 @@ pub mod autoscale;
 pub mod budget;
 pub mod catalogue;
 pub mod dashboard;
-// pub mod openslo;
+pub mod openslo;
 pub mod prom_api;
 pub mod promql;
 pub mod rules;
@@ -37,8 +45,9 @@ pub mod sli;
 pub mod tiers;
 
 pub use autoscale::{AutoscaleOptions, autoscale};
-pub use budget::{BudgetStatus, Decision, budget_status};
+pub use budget::{BudgetOptions, BudgetStatus, Decision, budget_report, budget_status};
 pub use dashboard::{DashboardOptions, dashboard};
+pub use openslo::{ImportOptions, import_openslo, to_slo_yaml};
 pub use rules::{RulesOptions, rules};
 pub use sli::{LatencySource, OffBucket, Selectors};
 pub use tiers::{BurnTier, DeadTiers};
