@@ -233,6 +233,21 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// Object keys in the order they appear in raw JSON text (`"key":` at any depth). Both sides'
+/// string values here (filler words, ids, model names) contain no `":`.
+fn key_sequence(raw: &str) -> Vec<&str> {
+    let mut keys = Vec::new();
+    let mut rest = raw;
+    while let Some(i) = rest.find("\":") {
+        let head = &rest[..i];
+        if let Some(q) = head.rfind('"') {
+            keys.push(&head[q + 1..]);
+        }
+        rest = &rest[i + 2..];
+    }
+    keys
+}
+
 /// Chunk `i` of the fixture stream against chunk `j` of ours.
 fn assert_stream_shape(ours: &[String], fixture_name: &str) {
     let want = sse_events(&fixture_body(fixture_name));
@@ -255,6 +270,11 @@ fn assert_stream_shape(ours: &[String], fixture_name: &str) {
         (o.len() - 1, w.len() - 1, "usage"),
     ] {
         assert_same_shape(&o[a], &w[b], &format!("{fixture_name} {what} chunk"));
+        assert_eq!(
+            key_sequence(&ours[a]),
+            key_sequence(&want[b]),
+            "key order of the {what} chunk of {fixture_name}"
+        );
     }
     let id = o[0]["id"].as_str().unwrap();
     assert!(o.iter().all(|c| c["id"] == id), "one id per stream");
@@ -307,13 +327,16 @@ async fn response_shapes_match_vllm_fixtures() {
         let r = post(a, "/v1/completions", &serde_json::json!({"model":"tiny","prompt":"a b c","max_tokens":16,"ignore_eos":true})).await;
         assert_eq!(r.header("content-type"), Some("application/json"));
         assert_same_shape(&r.json(), &serde_json::from_str(&fixture_body("completion_nonstream.txt")).unwrap(), "completion");
+        assert_eq!(key_sequence(r.text()), key_sequence(&fixture_body("completion_nonstream.txt")));
 
         let r = post(a, "/v1/chat/completions", &serde_json::json!({"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"ignore_eos":true})).await;
         assert_same_shape(&r.json(), &serde_json::from_str(&fixture_body("chat_nonstream.txt")).unwrap(), "chat");
+        assert_eq!(key_sequence(r.text()), key_sequence(&fixture_body("chat_nonstream.txt")));
 
         let r = http(a, "GET", "/v1/models", None, &[]).await;
         let models = r.json();
         assert_same_shape(&models, &serde_json::from_str(&fixture_body("models.json")).unwrap(), "models");
+        assert_eq!(key_sequence(r.text()), key_sequence(&fixture_body("models.json")));
         assert_eq!(models["data"][0]["id"], "tiny");
         assert_eq!(models["data"][0]["max_model_len"], 2048);
 

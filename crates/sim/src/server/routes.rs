@@ -144,44 +144,77 @@ async fn version() -> Response {
         .into_response()
 }
 
+/// `/v1/models` in vLLM's field order (`vllm/entrypoints/openai/models/protocol.py`).
+#[derive(serde::Serialize)]
+struct ModelList<'a> {
+    object: &'static str,
+    data: Vec<ModelCard<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct ModelCard<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    owned_by: &'static str,
+    root: &'a str,
+    parent: Option<&'a str>,
+    max_model_len: u32,
+    permission: [ModelPermission; 1],
+}
+
+#[derive(serde::Serialize)]
+struct ModelPermission {
+    id: String,
+    object: &'static str,
+    created: u64,
+    allow_create_engine: bool,
+    allow_sampling: bool,
+    allow_logprobs: bool,
+    allow_search_indices: bool,
+    allow_view: bool,
+    allow_fine_tuning: bool,
+    organization: &'static str,
+    group: Option<String>,
+    is_blocking: bool,
+}
+
 async fn models(State(s): State<Shared>) -> Response {
-    let data: Vec<serde_json::Value> = s
+    let data = s
         .ctx
         .served_model_names
         .iter()
         .enumerate()
-        .map(|(i, name)| {
-            serde_json::json!({
-                "id": name,
-                "object": "model",
-                "created": s.started_unix,
-                "owned_by": "vllm",
-                "root": s.model_root,
-                "parent": null,
-                "max_model_len": s.ctx.max_model_len,
-                "permission": [{
-                    "id": format!("modelperm-{:016x}", seeded::draw(s.seed, 0x9e12, i as u64)),
-                    "object": "model_permission",
-                    "created": s.started_unix,
-                    "allow_create_engine": false,
-                    "allow_sampling": true,
-                    "allow_logprobs": true,
-                    "allow_search_indices": false,
-                    "allow_view": true,
-                    "allow_fine_tuning": false,
-                    "organization": "*",
-                    "group": null,
-                    "is_blocking": false
-                }]
-            })
+        .map(|(i, name)| ModelCard {
+            id: name,
+            object: "model",
+            created: s.started_unix,
+            owned_by: "vllm",
+            root: &s.model_root,
+            parent: None,
+            max_model_len: s.ctx.max_model_len,
+            permission: [ModelPermission {
+                id: format!("modelperm-{:016x}", seeded::draw(s.seed, 0x9e12, i as u64)),
+                object: "model_permission",
+                created: s.started_unix,
+                allow_create_engine: false,
+                allow_sampling: true,
+                allow_logprobs: true,
+                allow_search_indices: false,
+                allow_view: true,
+                allow_fine_tuning: false,
+                organization: "*",
+                group: None,
+                is_blocking: false,
+            }],
         })
         .collect();
-    let body = serde_json::json!({"object": "list", "data": data});
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    let body = serde_json::to_string(&ModelList {
+        object: "list",
+        data,
+    })
+    .unwrap_or_default();
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 async fn render_via(
