@@ -99,6 +99,10 @@ pub struct ClassRecording {
     pub sse_events: u64,
     /// First message seen per non-success outcome label (e.g. the server's error text).
     pub examples: BTreeMap<String, String>,
+    /// Successful requests that met every per-request objective the runner was given (goodput,
+    /// as DistServe defines it: TTFT, TPOT and E2E within their thresholds).
+    #[serde(default)]
+    pub goodput: u64,
 }
 
 impl ClassRecording {
@@ -117,6 +121,7 @@ impl ClassRecording {
             content_chunks: 0,
             sse_events: 0,
             examples: BTreeMap::new(),
+            goodput: 0,
         }
     }
 
@@ -197,6 +202,7 @@ impl ClassRecording {
         t.usage_missing += u.usage_missing;
         self.content_chunks += other.content_chunks;
         self.sse_events += other.sse_events;
+        self.goodput += other.goodput;
         for (k, v) in &other.examples {
             self.examples.entry(k.clone()).or_insert_with(|| v.clone());
         }
@@ -280,6 +286,49 @@ pub struct ClientUsage {
     pub wall_s: f64,
     /// CPU cores available to the process.
     pub cores: u32,
+    /// SSE events received by every request of the level (warm-up, window and drain), the
+    /// denominator of CPU per chunk.
+    #[serde(default)]
+    pub sse_events: u64,
+}
+
+/// Counts over every request of a level — warm-up, window and drain — the span the server's
+/// counters cover, so client and server can be reconciled exactly.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LevelTotals {
+    /// Requests by outcome.
+    #[serde(with = "outcome_list")]
+    pub outcomes: BTreeMap<Outcome, u64>,
+    /// Σ `usage.completion_tokens` of requests that reported usage.
+    pub output_tokens: u64,
+    /// Σ `usage.prompt_tokens` of requests that reported usage.
+    pub prompt_tokens: u64,
+    /// Content chunks received by requests that ended without usage (cancelled, cut, failed).
+    pub unfinished_chunks: u64,
+}
+
+impl LevelTotals {
+    /// Adds one finished request.
+    pub fn add(&mut self, r: &RequestRecord) {
+        *self.outcomes.entry(r.outcome).or_insert(0) += 1;
+        match (r.timing.output_tokens, r.prompt_tokens) {
+            (Some(o), p) => {
+                self.output_tokens += u64::from(o);
+                self.prompt_tokens += u64::from(p.unwrap_or(0));
+            }
+            (None, _) => self.unfinished_chunks += r.timing.content_chunk_ns.len() as u64,
+        }
+    }
+
+    /// Adds another shard's totals.
+    pub fn merge(&mut self, o: &LevelTotals) {
+        for (k, v) in &o.outcomes {
+            *self.outcomes.entry(*k).or_insert(0) += v;
+        }
+        self.output_tokens += o.output_tokens;
+        self.prompt_tokens += o.prompt_tokens;
+        self.unfinished_chunks += o.unfinished_chunks;
+    }
 }
 
 /// Everything measured at one load level: one [`ClassRecording`] per class of the plan.
@@ -311,6 +360,13 @@ pub struct LevelRecording {
     pub client: ClientUsage,
     /// Shards merged into this recording (1 for a single client).
     pub shards: u32,
+    /// Per class (plan order), every request of the level — warm-up, window and drain — for
+    /// reconciliation with the server's counters and for the error objective.
+    #[serde(default)]
+    pub class_totals: Vec<LevelTotals>,
+    /// How the window ended: `full`, `early stop: …`, `extended: …`.
+    #[serde(default)]
+    pub window_note: String,
 }
 
 impl LevelRecording {
@@ -330,7 +386,18 @@ impl LevelRecording {
             classes: names.iter().map(|n| ClassRecording::new(n)).collect(),
             client: ClientUsage::default(),
             shards: 1,
+            class_totals: vec![LevelTotals::default(); names.len()],
+            window_note: String::new(),
         }
+    }
+
+    /// [`LevelRecording::class_totals`] summed over classes.
+    pub fn level_totals(&self) -> LevelTotals {
+        let mut t = LevelTotals::default();
+        for c in &self.class_totals {
+            t.merge(c);
+        }
+        t
     }
 
     /// All classes merged into one recording named `all` (the mix).
@@ -372,14 +439,23 @@ impl LevelRecording {
         self.client.process_cpu_s += other.client.process_cpu_s;
         self.client.wall_s = self.client.wall_s.max(other.client.wall_s);
         self.client.cores += other.client.cores;
+        self.client.sse_events += other.client.sse_events;
         self.shards += other.shards;
+        for (a, b) in self.class_totals.iter_mut().zip(&other.class_totals) {
+            a.merge(b);
+        }
         Ok(())
     }
 
     /// The client's health in the run-schema shape: CPU, chunks, CPU per chunk, send lag.
     pub fn client_health(&self) -> ClientHealth {
         let t = self.total();
-        let chunks = t.sse_events;
+        // CPU covers the whole level, so divide by the events of the whole level when known.
+        let chunks = if self.client.sse_events > 0 {
+            self.client.sse_events
+        } else {
+            t.sse_events
+        };
         ClientHealth {
             cpu_s: self.client.process_cpu_s,
             wall_s: self.client.wall_s,
@@ -716,6 +792,7 @@ mod tests {
             process_cpu_s: 0.5,
             wall_s: 10.0,
             cores: 2,
+            sse_events: 40,
         };
         let p = dir.path().join("histograms").join("level-1.json");
         l.save(&p).unwrap();
@@ -743,6 +820,7 @@ mod tests {
             process_cpu_s: 9.0,
             wall_s: 10.0,
             cores: 2,
+            sse_events: 0, // unknown: falls back to the window's events
         };
         let h = l.client_health();
         assert_eq!(h.chunks, 300); // 3 SSE events per request

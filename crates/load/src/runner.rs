@@ -31,13 +31,78 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
 
+/// Called during the measurement window, about every [`RunOptions::check_every`], with the
+/// recording so far and the time since the window opened; returning `true` closes the window
+/// now. The sweep uses it to stop once a breach is certain, and to extend an undecided window up
+/// to [`RunOptions::measure_max`].
+pub type LevelCheck = Arc<dyn Fn(&LevelRecording, Duration) -> bool + Send + Sync>;
+
+/// Per-request thresholds for goodput (DistServe: a request is good when it succeeds and meets
+/// every one given), nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GoodputSlo {
+    /// TTFT at most this.
+    pub ttft_ns: Option<u64>,
+    /// TPOT at most this.
+    pub tpot_ns: Option<u64>,
+    /// E2E at most this.
+    pub e2e_ns: Option<u64>,
+}
+
+impl GoodputSlo {
+    fn is_good(&self, r: &RequestRecord) -> bool {
+        if !r.outcome.is_success() {
+            return false;
+        }
+        let ok = |lim: Option<u64>, v: Option<u64>| match (lim, v) {
+            (None, _) => true,
+            (Some(l), Some(v)) => v <= l,
+            (Some(_), None) => false,
+        };
+        ok(self.ttft_ns, r.timing.ttft_ns())
+            && (self.tpot_ns.is_none()
+                || r.timing
+                    .tpot_ns()
+                    .is_none_or(|t| t <= self.tpot_ns.unwrap_or(u64::MAX)))
+            && ok(self.e2e_ns, Some(r.timing.end_ns))
+    }
+}
+
 /// Settings of a level beyond the workload's.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct RunOptions {
     /// Shortest drain after the window (default 2 s).
     pub drain_min: Duration,
     /// Longest drain after the window (default 120 s).
     pub drain_max: Duration,
+    /// Longest measurement window when `check` keeps it open past `measure` (default: zero,
+    /// meaning `measure`: no extension).
+    pub measure_max: Duration,
+    /// Window control, see [`LevelCheck`]. Without it the window is exactly `measure`.
+    pub check: Option<LevelCheck>,
+    /// How often `check` runs (default 1 s).
+    pub check_every: Duration,
+    /// Closed loop only: start near steady state. The first `c` requests (all in the warm-up,
+    /// never recorded) get a uniformly drawn share of their `max_tokens`, as if caught mid-way,
+    /// so completions — and the recorded starts that follow them — are spread out instead of
+    /// arriving as one synchronised wave (default true).
+    pub steady_start: bool,
+    /// Goodput thresholds.
+    pub goodput: GoodputSlo,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("drain_min", &self.drain_min)
+            .field("drain_max", &self.drain_max)
+            .field("measure_max", &self.measure_max)
+            .field("check", &self.check.as_ref().map(|_| "<fn>"))
+            .field("check_every", &self.check_every)
+            .field("steady_start", &self.steady_start)
+            .field("goodput", &self.goodput)
+            .finish()
+    }
 }
 
 impl Default for RunOptions {
@@ -45,6 +110,11 @@ impl Default for RunOptions {
         RunOptions {
             drain_min: Duration::from_secs(2),
             drain_max: Duration::from_secs(120),
+            measure_max: Duration::ZERO,
+            check: None,
+            check_every: Duration::from_secs(1),
+            steady_start: true,
+            goodput: GoodputSlo::default(),
         }
     }
 }
@@ -116,11 +186,16 @@ struct Flight {
     in_flight: usize,
     in_window: u64,
     e2e_all: hdrhistogram::Histogram<u64>,
+    sse_events: u64,
 }
 
 impl Flight {
-    fn done(&mut self, d: Done, out: &mut LevelRecording) {
+    fn done(&mut self, d: Done, out: &mut LevelRecording, good: &GoodputSlo) {
         self.in_flight -= 1;
+        if let Some(t) = out.class_totals.get_mut(d.record.class) {
+            t.add(&d.record);
+        }
+        self.sse_events += u64::from(d.record.sse_events);
         if d.record.outcome.is_success() {
             self.e2e_all.saturating_record(d.record.timing.end_ns);
         }
@@ -128,6 +203,9 @@ impl Flight {
             self.in_window -= 1;
             if let Some(c) = out.classes.get_mut(d.record.class) {
                 c.record(&d.record);
+                if good.is_good(&d.record) {
+                    c.goodput += 1;
+                }
             }
         }
     }
@@ -155,7 +233,32 @@ pub async fn run_level_with(
     let cpu0 = process_cpu_s();
     let t0 = Instant::now();
     let window_start = t0 + warmup;
-    let window_end = window_start + measure;
+    // With a check, the window may close early (check says so) or stay open up to
+    // `measure_max`; without one it is exactly `measure`.
+    let hard_end = window_start + opts.measure_max.max(measure);
+    let mut window_end = if opts.check.is_some() {
+        hard_end
+    } else {
+        window_start + measure
+    };
+    let check_every = opts.check_every.max(Duration::from_millis(50));
+    let mut next_check = window_start + check_every;
+    // Runs the check when due; returns the (possibly moved) window end.
+    let run_check =
+        |now: Instant, next_check: &mut Instant, out: &LevelRecording, end: Instant| match &opts
+            .check
+        {
+            Some(chk) if now >= window_start && now >= *next_check => {
+                *next_check = now + check_every;
+                if chk(out, now - window_start) {
+                    now
+                } else {
+                    end
+                }
+            }
+            _ => end,
+        };
+    let mut steady_rng = crate::arrivals::seeded_rng(seed, 0x5EED_57A7);
     let level_cancel = cancel.child_token();
     let target = Arc::new(target.clone());
     let (tx, mut rx) = mpsc::unbounded_channel::<Done>();
@@ -164,6 +267,7 @@ pub async fn run_level_with(
         in_flight: 0,
         in_window: 0,
         e2e_all: new_histogram(),
+        sse_events: 0,
     };
     let next_request = |mix: &mut RequestMix<'_>| -> Option<PreparedRequest> {
         // A draw fails only when a tokenizer fails; the request is skipped.
@@ -192,15 +296,27 @@ pub async fn run_level_with(
     match mode {
         LevelMode::Concurrency(c) => {
             let c = c.max(1) as usize;
+            let mut initial_left = if opts.steady_start && !warmup.is_zero() {
+                c
+            } else {
+                0
+            };
             loop {
                 let now = Instant::now();
+                window_end = run_check(now, &mut next_check, &out, window_end);
                 if now >= window_end {
                     break;
                 }
                 while fl.in_flight < c {
-                    let Some(p) = next_request(&mut mix) else {
+                    let Some(mut d) = mix.next_request().ok() else {
                         break;
                     };
+                    if initial_left > 0 {
+                        initial_left -= 1;
+                        let share: f64 = rand::RngExt::random(&mut steady_rng);
+                        d.max_tokens = ((f64::from(d.max_tokens) * share).ceil() as u32).max(1);
+                    }
+                    let p = PreparedRequest::encode(&d, target.model());
                     let start = Instant::now();
                     let in_window = start >= window_start;
                     if in_window {
@@ -210,15 +326,20 @@ pub async fn run_level_with(
                     }
                     launch(p, start, in_window, &mut fl);
                 }
+                let wake = if opts.check.is_some() {
+                    next_check.max(window_start).min(window_end)
+                } else {
+                    window_end
+                };
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => { interrupted = true; break; }
                     d = rx.recv() => {
                         if let Some(d) = d {
-                            fl.done(d, &mut out);
+                            fl.done(d, &mut out, &opts.goodput);
                         }
                     }
-                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(window_end)) => break,
+                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
                 }
             }
         }
@@ -228,7 +349,7 @@ pub async fn run_level_with(
             max_concurrency,
         } => {
             let cap = max_concurrency.map_or(usize::MAX, |m| m.max(1) as usize);
-            let total = warmup + measure;
+            let total = hard_end.saturating_duration_since(t0);
             let stop = Arc::new(AtomicBool::new(false));
             let (tick_tx, mut tick_rx) = mpsc::unbounded_channel::<Instant>();
             let pacer = match ArrivalSchedule::new(rate_per_s, arrival, seed) {
@@ -244,9 +365,20 @@ pub async fn run_level_with(
             let mut backlog: VecDeque<(Instant, PreparedRequest)> = VecDeque::new();
             let mut pending = next_request(&mut mix);
             loop {
+                let now = Instant::now();
+                window_end = run_check(now, &mut next_check, &out, window_end);
+                if now >= window_end {
+                    break;
+                }
+                let wake = if opts.check.is_some() {
+                    next_check.max(window_start).min(window_end)
+                } else {
+                    window_end
+                };
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => { interrupted = true; break; }
+                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
                     tick = tick_rx.recv() => {
                         let Some(intended) = tick else { break };
                         let Some(p) = pending.take() else { break };
@@ -265,7 +397,7 @@ pub async fn run_level_with(
                     }
                     d = rx.recv() => {
                         if let Some(d) = d {
-                            fl.done(d, &mut out);
+                            fl.done(d, &mut out, &opts.goodput);
                         }
                         while fl.in_flight < cap {
                             let Some((intended, p)) = backlog.pop_front() else { break };
@@ -305,6 +437,23 @@ pub async fn run_level_with(
         .as_secs_f64();
     out.started_unix_s = unix_s_at(window_start);
     out.interrupted = interrupted;
+    out.window_note = if interrupted {
+        "interrupted".to_string()
+    } else if opts.check.is_none() {
+        "full".to_string()
+    } else if out.window_s + 0.5 < measure.as_secs_f64() {
+        format!(
+            "early stop after {:.1} s: a breach was already certain",
+            out.window_s
+        )
+    } else if out.window_s > measure.as_secs_f64() + 0.5 {
+        format!(
+            "extended to {:.1} s: a percentile was still undecided",
+            out.window_s
+        )
+    } else {
+        "full".to_string()
+    };
 
     // Drain: let in-flight requests finish, within a bound sized by the E2E seen so far.
     let p99 = if fl.e2e_all.is_empty() {
@@ -323,7 +472,7 @@ pub async fn run_level_with(
             biased;
             () = cancel.cancelled() => { out.interrupted = true; break; }
             d = rx.recv() => match d {
-                Some(d) => fl.done(d, &mut out),
+                Some(d) => fl.done(d, &mut out, &opts.goodput),
                 None => break,
             },
             () = tokio::time::sleep_until(drain_deadline) => break,
@@ -336,7 +485,7 @@ pub async fn run_level_with(
     drop(tx);
     while fl.in_flight > 0 {
         match rx.recv().await {
-            Some(d) => fl.done(d, &mut out),
+            Some(d) => fl.done(d, &mut out, &opts.goodput),
             None => break,
         }
     }
@@ -344,6 +493,7 @@ pub async fn run_level_with(
         process_cpu_s: process_cpu_s() - cpu0,
         wall_s: t0.elapsed().as_secs_f64(),
         cores: out.client.cores,
+        sse_events: fl.sse_events,
     };
     out
 }

@@ -73,7 +73,8 @@ pub const Z_P90: f64 = 1.281_551_565_544_600_4;
 /// 500–1,000 tokens with `ignore_eos`, chat endpoint, weight 9. `long_context`: prompts of about
 /// 2,000 tokens (normal, sd 200, clamped 1,500–2,500), answers of 100–300 tokens, weight 1.
 pub const DEFAULT_WORKLOAD_YAML: &str = "\
-# Built-in workload: the claims assistant (seed guides) plus a long-context class.
+# Built-in workload: the claims assistant of the seed guides. One class, so the embedded sweep
+# finishes in under two minutes; examples/workload-mixed.yaml adds a long-context class and the mix.
 seed: 0
 warmup: 5s
 measure: 30s
@@ -82,17 +83,11 @@ load:
   levels: auto
 classes:
   - name: claims_assistant
-    weight: 9
+    weight: 1
     endpoint: chat
     shared_prefix_tokens: 200
     prompt_tokens: {uniform: {min: 40, max: 60}}
     max_tokens: {uniform: {min: 500, max: 1000}}
-    ignore_eos: true
-  - name: long_context
-    weight: 1
-    endpoint: chat
-    prompt_tokens: {normal: {mean: 2000, stddev: 200, min: 1500, max: 2500}}
-    max_tokens: {uniform: {min: 100, max: 300}}
     ignore_eos: true
 ";
 
@@ -354,6 +349,24 @@ pub struct LoadSpec {
     /// Open-loop cap on requests in flight.
     #[serde(default)]
     pub max_concurrency: Option<u32>,
+}
+
+impl LoadSpec {
+    /// The [`LevelMode`](crate::arrivals::LevelMode) of one level: `level` requests in flight
+    /// (rounded, at least 1) in concurrency mode, `level` req/s with this spec's arrival process
+    /// and cap in rate mode.
+    pub fn level_mode(&self, level: f64) -> crate::arrivals::LevelMode {
+        match self.mode {
+            LoadMode::Concurrency => {
+                crate::arrivals::LevelMode::Concurrency(level.round().clamp(1.0, 1e6) as u32)
+            }
+            LoadMode::Rate => crate::arrivals::LevelMode::Rate {
+                rate_per_s: level,
+                arrival: self.arrival,
+                max_concurrency: self.max_concurrency,
+            },
+        }
+    }
 }
 
 /// Levels of a sweep: a list, or `auto` (chosen by the sweep's search).
@@ -882,9 +895,18 @@ mod tests {
             }
         );
         assert!(c.ignore_eos);
-        assert_eq!(s.classes[1].name, "long_context");
-        assert_eq!(w.shares(), vec![0.9, 0.1]);
-        assert_eq!(w.datasets, vec![None, None]);
+        assert_eq!(s.classes.len(), 1);
+        assert_eq!(w.shares(), vec![1.0]);
+        assert_eq!(w.datasets, vec![None]);
+        // The mixed example adds the long-context class at weight 1 against 9.
+        let m = Workload::parse(
+            include_str!("../../../examples/workload-mixed.yaml"),
+            Path::new("examples/workload-mixed.yaml"),
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(m.spec.classes[1].name, "long_context");
+        assert_eq!(m.shares(), vec![0.9, 0.1]);
     }
 
     #[test]
@@ -897,6 +919,10 @@ mod tests {
         assert_eq!(w.spec.load.levels, Levels::List(vec![1.0, 2.0]));
         assert_eq!(w.spec.load.arrival, ArrivalProcess::Poisson);
         assert_eq!(w.spec.seed, 0);
+        assert_eq!(
+            w.spec.load.level_mode(3.6),
+            crate::arrivals::LevelMode::Concurrency(4)
+        );
     }
 
     #[test]
@@ -911,6 +937,14 @@ mod tests {
         );
         assert_eq!(w.spec.load.max_concurrency, Some(64));
         assert_eq!(w.spec.classes[0].endpoint, Endpoint::Completions);
+        assert_eq!(
+            w.spec.load.level_mode(2.0),
+            crate::arrivals::LevelMode::Rate {
+                rate_per_s: 2.0,
+                arrival: ArrivalProcess::Gamma { burstiness: 0.5 },
+                max_concurrency: Some(64)
+            }
+        );
         // round trip through YAML keeps the meaning
         let y = serde_saphyr::to_string(&w.spec).unwrap();
         let back = parse(&y).unwrap();
