@@ -759,8 +759,9 @@ mod tests {
     }
 
     #[test]
-    fn builtin_mix_draws_by_weight_with_prefix() {
-        let w = Workload::builtin();
+    fn mixed_workload_draws_by_weight_with_prefix() {
+        let mixed = "load: {mode: concurrency}\nclasses:\n  - {name: claims_assistant, weight: 9, endpoint: chat, shared_prefix_tokens: 200, prompt_tokens: {uniform: {min: 40, max: 60}}, max_tokens: {uniform: {min: 500, max: 1000}}, ignore_eos: true}\n  - {name: long_context, weight: 1, endpoint: chat, prompt_tokens: {normal: {mean: 2000, stddev: 200, min: 1500, max: 2500}}, max_tokens: {uniform: {min: 100, max: 300}}, ignore_eos: true}\n";
+        let w = Workload::parse(mixed, Path::new("mixed.yaml"), Path::new(".")).unwrap();
         let plans = ClassPlan::from_workload(&w, None).unwrap();
         assert_eq!(plans[0].shared_prefix_tokens, 200);
         assert_eq!(plans[0].shared_prefix.split_whitespace().count(), 200);

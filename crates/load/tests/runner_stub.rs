@@ -157,6 +157,7 @@ async fn in_flight_requests_are_cancelled_after_the_drain() {
         &RunOptions {
             drain_min: Duration::from_millis(200),
             drain_max: Duration::from_millis(300),
+            ..RunOptions::default()
         },
     )
     .await;
