@@ -2,6 +2,7 @@
 //! module and calls into the library crates.
 
 mod sim_cmd;
+mod sweep_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -16,6 +17,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Find, per request class and for the mix, the highest load meeting every SLO.
+    Sweep(sweep_cmd::SweepArgs),
     /// Serve the vLLM-compatible engine twin (no GPU needed).
     Sim(sim_cmd::SimArgs),
 }
@@ -32,13 +35,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let argv: Vec<String> = std::env::args().collect();
     let result = rt.block_on(async {
         match cli.command {
-            Command::Sim(a) => sim_cmd::run(a).await,
+            Command::Sim(a) => sim_cmd::run(a).await.map(|()| 0),
+            Command::Sweep(a) => sweep_cmd::run(a, argv).await,
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)

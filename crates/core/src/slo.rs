@@ -5,7 +5,7 @@
 //!   "*":                       # applies to every class unless the class overrides it
 //!     ttft: {p95: 300ms}       # client TTFT, 95th percentile below 300 ms
 //!     itl: {p95: 50ms}
-//!     queue_time: {p99: 10ms}  # server-side (vllm:request_queue_time_seconds)
+//!     queue_time: {p95: 300ms} # server-side (vllm:request_queue_time_seconds)
 //!     error_rate: 0.5%         # errors + aborts over all finished requests
 //!   long_context:
 //!     ttft: {p95: 2s}
@@ -383,13 +383,17 @@ fn fmt_pct(p: f64) -> String {
 }
 
 /// The default SLO of the embedded demo, from the seed guides' claims-assistant walkthrough:
-/// TTFT p95 < 300 ms, ITL p95 < 50 ms, no queueing (queue time p99 < 10 ms), errors + aborts
-/// < 0.5 %.
+/// TTFT p95 < 300 ms, ITL p95 < 50 ms, no queueing, errors + aborts < 0.5 %.
+///
+/// "No queueing" is written `queue_time: {p95: 300ms}`: 0.3 s is vLLM's finest
+/// `request_queue_time_seconds` bucket, so the objective is decidable exactly from the engine's
+/// histogram, and even with no queue at all a request waits up to one engine step (~20 ms) to be
+/// scheduled, so a threshold of a few milliseconds would fail on an idle server.
 pub const DEFAULT_SLO_YAML: &str = "objectives:
   \"*\":
     ttft: {p95: 300ms}
     itl: {p95: 50ms}
-    queue_time: {p99: 10ms}
+    queue_time: {p95: 300ms}
     error_rate: 0.5%
 budget: {window: 30d, target: 99%, freeze_at: 50%}
 ";
@@ -421,8 +425,8 @@ mod tests {
                 },
                 Objective::Latency {
                     signal: LatencySignal::QueueTime,
-                    percentile: 99.0,
-                    threshold_s: 0.01
+                    percentile: 95.0,
+                    threshold_s: 0.3
                 },
                 Objective::ErrorRate { max_ratio: 0.005 },
             ]

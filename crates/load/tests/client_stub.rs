@@ -65,7 +65,9 @@ async fn chat_stream_timing_and_usage() {
     assert!((40 * MS..1_000 * MS).contains(&ttft), "ttft {ttft}");
     let itl: Vec<u64> = r.timing.itl_ns().collect();
     assert_eq!(itl.len(), 5);
-    assert!(itl.iter().all(|g| *g >= 9 * MS), "{itl:?}");
+    // The stub sleeps 10 ms between chunks, so first to last content chunk spans at least
+    // 50 ms; single gaps can be shorter on a loaded machine (a late chunk, then a prompt one).
+    assert!(itl.iter().sum::<u64>() >= 50 * MS, "{itl:?}");
     // e2e ≥ 40 + 5·10 ms, and the end is after the last content chunk
     assert!(r.timing.end_ns >= 90 * MS);
     assert!(r.timing.end_ns >= *r.timing.content_chunk_ns.last().unwrap());

@@ -1,0 +1,474 @@
+//! `headroom sweep`: the saturation matrix. Wiring only: resolve the target (or start the
+//! embedded engine twin), the workload and the SLO, run `load::sweep`, write the run directory
+//! after every level, print the summary.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use headroom_core::run::{LevelResult, LoadMode, Manifest, RunResult, redact_url};
+use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, parse_ratio};
+use headroom_load::client::{CancellationFlag, Target};
+use headroom_load::prompt::{ClassPlan, PromptTokenizer};
+use headroom_load::runner::probe;
+use headroom_load::sweep::controller::{Progress, Sweep, SweepSettings};
+use headroom_load::sweep::search::LevelPlan;
+use headroom_load::workload::{DEFAULT_WORKLOAD_YAML, Levels, Workload};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Arguments of `headroom sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// OpenAI-compatible base URL (e.g. http://127.0.0.1:8000). Without it, the engine twin runs
+    /// in-process on loopback.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// SLO file (default: the built-in claims-assistant SLO; see --print-defaults).
+    #[arg(long)]
+    pub slo: Option<PathBuf>,
+    /// Workload file (default: the built-in claims-assistant workload).
+    #[arg(long)]
+    pub workload: Option<PathBuf>,
+    /// Model name to request (default: the workload's, else the server's first).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Name of an environment variable holding the API key (never written anywhere).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// Engine metrics URL (default: TARGET/metrics).
+    #[arg(long)]
+    pub metrics_url: Option<String>,
+    /// Do not scrape the engine's metrics.
+    #[arg(long)]
+    pub no_metrics: bool,
+    /// dcgm-exporter metrics URL (e.g. http://127.0.0.1:9400/metrics).
+    #[arg(long)]
+    pub dcgm: Option<String>,
+    /// Seconds between scrapes during a level.
+    #[arg(long, default_value_t = 2.0)]
+    pub scrape_interval: f64,
+    /// Levels to run (comma-separated concurrencies or req/s); default automatic.
+    #[arg(long, value_delimiter = ',')]
+    pub levels: Option<Vec<f64>>,
+    /// First level of the automatic search.
+    #[arg(long)]
+    pub start: Option<f64>,
+    /// Highest level the automatic search may try.
+    #[arg(long)]
+    pub max_load: Option<f64>,
+    /// Bisection stops when fail − pass ≤ this share of the pass level (e.g. 10%).
+    #[arg(long)]
+    pub resolution: Option<String>,
+    /// Warm-up per level in seconds (default: the workload's).
+    #[arg(long)]
+    pub warmup: Option<f64>,
+    /// Measurement window per level in seconds (default: the workload's).
+    #[arg(long)]
+    pub measure: Option<f64>,
+    /// Seed (default: the workload's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// HF tokenizer.json for exact prompt token counts.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Run directory (default: runs/<unix time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// A short smoke run: short windows, coarse search.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the built-in workload and SLO files and exit.
+    #[arg(long)]
+    pub print_defaults: bool,
+    /// GPU preset of the embedded twin.
+    #[arg(long, default_value = "a10g")]
+    pub sim_gpu: String,
+    /// Model preset of the embedded twin.
+    #[arg(long, default_value = "qwen2.5-3b")]
+    pub sim_model: String,
+}
+
+struct Bars {
+    bar: Mutex<Option<ProgressBar>>,
+}
+
+impl Progress for Bars {
+    fn level_start(&self, phase: &str, load: f64, mode: LoadMode, expected: Duration) {
+        let pb = ProgressBar::new(expected.as_millis() as u64);
+        pb.set_style(
+            ProgressStyle::with_template("{spinner} {msg:<40} [{bar:30}] {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        pb.set_message(format!(
+            "{phase}: {} {}",
+            headroom_core::slo::fmt_num(load),
+            mode.unit()
+        ));
+        pb.enable_steady_tick(Duration::from_millis(200));
+        let tick = pb.clone();
+        std::thread::spawn(move || {
+            while !tick.is_finished() && tick.position() < tick.length().unwrap_or(0) {
+                std::thread::sleep(Duration::from_millis(200));
+                tick.inc(200);
+            }
+        });
+        if let Ok(mut b) = self.bar.lock() {
+            *b = Some(pb);
+        }
+    }
+
+    fn level_done(&self, phase: &str, l: &LevelResult) {
+        if let Ok(mut b) = self.bar.lock()
+            && let Some(pb) = b.take()
+        {
+            let failed: Vec<&str> = l
+                .objectives
+                .iter()
+                .filter(|o| o.verdict != headroom_core::Verdict::Pass)
+                .map(|o| o.id.as_str())
+                .collect();
+            pb.finish_and_clear();
+            eprintln!(
+                "  {phase}: {} {}: {}{}",
+                headroom_core::slo::fmt_num(l.load),
+                l.mode.unit(),
+                l.verdict.as_str(),
+                if failed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", failed.join(", "))
+                }
+            );
+        }
+    }
+
+    fn note(&self, msg: &str) {
+        eprintln!("  {msg}");
+    }
+}
+
+/// Runs the sweep; exit status 0 when it completed (whatever the verdicts), 130 on Ctrl-C.
+pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
+    if args.print_defaults {
+        println!(
+            "# workload.yaml (built-in)\n{DEFAULT_WORKLOAD_YAML}\n# slo.yaml (built-in)\n{DEFAULT_SLO_YAML}"
+        );
+        return Ok(0);
+    }
+    let workload = match &args.workload {
+        Some(p) => Workload::load(p)?,
+        None => Workload::builtin(),
+    };
+    let slo = match &args.slo {
+        Some(p) => SloFile::load(p)?,
+        None => SloFile::parse(DEFAULT_SLO_YAML, Path::new("<built-in slo>"))?,
+    };
+    for class in slo.named_classes() {
+        if !workload.spec.classes.iter().any(|c| c.name == class) {
+            bail!(
+                "{}: objectives for class `{class}`, which the workload does not define (classes: {})",
+                args.slo
+                    .as_ref()
+                    .map_or("<built-in slo>".into(), |p| p.display().to_string()),
+                workload
+                    .spec
+                    .classes
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    let tokenizer = match &args.tokenizer {
+        Some(p) => Some(Arc::new(PromptTokenizer::from_file(p)?)),
+        None => None,
+    };
+    let plans: Vec<ClassPlan> = ClassPlan::from_workload(&workload, tokenizer)?;
+
+    // The target: given, or the embedded twin.
+    let mut embedded = None;
+    let (base, metrics_default, dcgm_default) = match &args.target {
+        Some(t) => (
+            t.clone(),
+            Some(format!(
+                "{}/metrics",
+                t.trim_end_matches('/').trim_end_matches("/v1")
+            )),
+            None,
+        ),
+        None => {
+            let spec = headroom_sim::SimSpec {
+                gpu: args.sim_gpu.clone(),
+                model: args.sim_model.clone(),
+                ..headroom_sim::SimSpec::default()
+            };
+            let cfg = headroom_sim::server::ServerConfig {
+                host: "127.0.0.1".parse().context("loopback address")?,
+                port: 0,
+                dcgm_port: Some(0),
+                spec,
+                faults: Default::default(),
+                api_key: None,
+            };
+            let h = headroom_sim::server::serve(cfg)
+                .await
+                .context("starting the embedded engine twin")?;
+            let base = format!("http://{}", h.api_addr);
+            let m = format!("{base}/metrics");
+            let d = format!("http://{}/metrics", h.dcgm_addr);
+            eprintln!(
+                "headroom: no --target given; sweeping the embedded engine twin ({} + {}) on {base}",
+                args.sim_gpu, args.sim_model
+            );
+            embedded = Some(h);
+            (base, Some(m), Some(d))
+        }
+    };
+    let api_key = match &args.api_key_env {
+        Some(var) => Some(
+            std::env::var(var)
+                .with_context(|| format!("--api-key-env {var}: the variable is not set"))?,
+        ),
+        None => None,
+    };
+    let model = args.model.clone().or(workload.spec.model.clone());
+    let target = Target::new(&base, api_key.as_deref(), model.as_deref())?;
+    let endpoints: Vec<_> = {
+        let mut e: Vec<_> = plans.iter().map(|p| p.endpoint).collect();
+        e.dedup();
+        e
+    };
+    let info = probe(&target, &endpoints).await?;
+    let target = target.with_model(&info.model);
+
+    // Windows and search: the workload's, unless this is the embedded demo (sized to finish in
+    // under two minutes) or --quick (a smoke run); flags win over both.
+    let quick = args.quick;
+    let demo = args.target.is_none() && args.workload.is_none();
+    let secs = |v: Option<f64>, d: Duration| v.map_or(d, Duration::from_secs_f64);
+    let (warmup_d, measure_d) = if quick {
+        (Duration::from_secs(2), Duration::from_secs(4))
+    } else if demo {
+        (Duration::from_secs(3), Duration::from_secs(5))
+    } else {
+        (workload.spec.warmup, workload.spec.measure)
+    };
+    let warmup = secs(args.warmup, warmup_d);
+    let measure = secs(args.measure, measure_d);
+    let mode = workload.spec.load.mode;
+    let resolution = match &args.resolution {
+        Some(r) => parse_ratio(r).map_err(|e| anyhow::anyhow!("--resolution: {e}"))?,
+        None if quick => 0.5,
+        None => 0.25,
+    };
+    let (start_d, growth, max_d) = match (mode, quick, demo) {
+        (LoadMode::Concurrency, true, _) => (16.0, 4.0, 512.0),
+        (LoadMode::Concurrency, false, true) => (16.0, 2.0, 1024.0),
+        (LoadMode::Concurrency, false, false) => (1.0, 2.0, 1024.0),
+        (LoadMode::Rate, true, _) => (0.5, 4.0, 1000.0),
+        (LoadMode::Rate, false, _) => (0.5, 2.0, 1000.0),
+    };
+    let plan = match (&args.levels, &workload.spec.load.levels) {
+        (Some(l), _) | (None, Levels::List(l)) => LevelPlan::Fixed(l.clone()),
+        (None, Levels::Auto) => LevelPlan::Auto {
+            start: args.start.unwrap_or(start_d),
+            growth,
+            max: args.max_load.unwrap_or(max_d),
+            resolution,
+            min_step: if mode == LoadMode::Concurrency {
+                1.0
+            } else {
+                0.05
+            },
+            integer: mode == LoadMode::Concurrency,
+        },
+    };
+    let run_dir = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("runs").join(format!(
+            "{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        ))
+    });
+    std::fs::create_dir_all(&run_dir)
+        .with_context(|| format!("cannot create run directory {}", run_dir.display()))?;
+    let metrics_url = if args.no_metrics {
+        None
+    } else {
+        args.metrics_url.clone().or(metrics_default)
+    };
+    let dcgm_url = args.dcgm.clone().or(dcgm_default);
+    let seed = args.seed.unwrap_or(workload.spec.seed);
+    let settings = SweepSettings {
+        mode,
+        arrival: workload.spec.load.arrival,
+        max_concurrency: workload.spec.load.max_concurrency,
+        plan,
+        warmup,
+        measure,
+        measure_max: measure * 2,
+        drain_max: if args.target.is_none() {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_secs(120)
+        },
+        metrics_url: metrics_url.clone(),
+        dcgm_url: dcgm_url.clone(),
+        scrape_interval: Duration::from_secs_f64(args.scrape_interval.max(0.2)),
+        run_dir: run_dir.clone(),
+        seed,
+    };
+    let manifest = Manifest {
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        command: redact_argv(&argv),
+        started_unix_s: headroom_signals::scrape::unix_now_s(),
+        target: if args.target.is_some() {
+            redact_url(&base)
+        } else {
+            format!("embedded ({base})")
+        },
+        api_key: api_key.is_some(),
+        model: info.model.clone(),
+        models: info.models_raw.clone(),
+        server_version: info.version_raw.clone().unwrap_or(serde_json::Value::Null),
+        engine_config: serde_json::json!({
+            "embedded_twin": args.target.is_none().then(|| serde_json::json!({"gpu": args.sim_gpu, "model": args.sim_model})),
+        }),
+        workload: serde_json::to_value(&workload.spec).unwrap_or_default(),
+        slo: serde_json::to_value(&slo).unwrap_or_default(),
+        seed,
+        host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        metrics_url: metrics_url.as_deref().map(redact_url),
+        dcgm_url: dcgm_url.as_deref().map(redact_url),
+    };
+    headroom_report::write_atomic(
+        &run_dir.join("manifest.json"),
+        &serde_json::to_vec_pretty(&manifest)?,
+    )?;
+
+    let cancel = CancellationFlag::new();
+    {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!(
+                    "\nheadroom: Ctrl-C: stopping after cancelling in-flight requests; finished levels are kept"
+                );
+                c.cancel();
+            }
+        });
+    }
+    let write_errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let on_result = {
+        let dir = run_dir.clone();
+        let errs = write_errors.clone();
+        move |r: &RunResult| {
+            if let Err(e) = headroom_report::write_run_files(&dir, r)
+                && let Ok(mut v) = errs.lock()
+            {
+                v.push(e.to_string());
+            }
+        }
+    };
+    let progress = Bars {
+        bar: Mutex::new(None),
+    };
+    eprintln!(
+        "headroom: sweeping {} class(es) of {} at {}; run directory {}",
+        plans.len(),
+        info.model,
+        redact_url(&base),
+        run_dir.display()
+    );
+    let sweep = Sweep {
+        target: &target,
+        plans: &plans,
+        slo: &slo,
+        settings: &settings,
+        cancel: cancel.clone(),
+        progress: &progress,
+        on_result: &on_result,
+    };
+    let result = sweep.run().await;
+    if let Some(h) = embedded {
+        h.shutdown().await;
+    }
+    println!("{}", headroom_report::terminal::render(&result));
+    println!(
+        "Run directory: {} (report.html, report.md, results.json, levels.csv)",
+        run_dir.display()
+    );
+    if let Ok(v) = write_errors.lock()
+        && let Some(e) = v.last()
+    {
+        bail!("could not write the run directory: {e}");
+    }
+    Ok(if cancel.is_cancelled() { 130 } else { 0 })
+}
+
+/// The command line with the values of secret-looking flags removed.
+fn redact_argv(argv: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut hide_next = false;
+    for a in argv {
+        if hide_next {
+            out.push("<redacted>".into());
+            hide_next = false;
+            continue;
+        }
+        let lower = a.to_lowercase();
+        if lower.contains("key") || lower.contains("token") || lower.contains("secret") {
+            if let Some((k, _)) = a.split_once('=') {
+                out.push(format!("{k}=<redacted>"));
+            } else {
+                out.push(a.clone());
+                hide_next = a.starts_with("--") && !lower.contains("env") && lower != "--tokenizer";
+            }
+        } else if a.contains("://") {
+            out.push(redact_url(a));
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn argv_secrets_removed() {
+        let a: Vec<String> = [
+            "headroom",
+            "sweep",
+            "--api-key",
+            "sk-1",
+            "--target",
+            "http://u:p@h:1",
+            "--token=abc",
+            "--api-key-env",
+            "VAR",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let r = super::redact_argv(&a);
+        assert_eq!(
+            r,
+            vec![
+                "headroom",
+                "sweep",
+                "--api-key",
+                "<redacted>",
+                "--target",
+                "http://h:1",
+                "--token=<redacted>",
+                "--api-key-env",
+                "VAR"
+            ]
+        );
+    }
+}

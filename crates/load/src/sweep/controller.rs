@@ -1,0 +1,744 @@
+//! The sweep loop: for each phase (each class alone, then the mix), choose levels with
+//! [`Search`], run each with [`run_level_with`] while scraping the engine (and dcgm-exporter),
+//! judge it, and write every result so far to the run directory after every level — a later
+//! failure, a dead server or Ctrl-C never loses a finished level (hyperfine's habit).
+
+use super::evaluate::{ClientEvidence, evaluate};
+use super::search::{LevelPlan, Search};
+use super::server_view::{ClientTotals, reconcile, server_view, ttft_remainder};
+use crate::arrivals::{ArrivalProcess, LevelMode};
+use crate::client::{CancellationFlag, Target};
+use crate::prompt::ClassPlan;
+use crate::recorder::{ClassRecording, LevelRecording};
+use crate::runner::{LevelCheck, RunOptions, run_level_with};
+use headroom_core::run::{
+    LevelResult, LoadMode, ObjectiveResult, PhaseResult, RESULTS_SCHEMA_VERSION, RunResult,
+    RunStatus, ServerView, TokenCounts,
+};
+use headroom_core::slo::SloFile;
+use headroom_core::{LatencySignal, Objective, Outcome, SloSpec, Verdict};
+use headroom_diagnose::{ClientView, assess};
+use headroom_signals::source::{ScrapeKind, write_scrape};
+use headroom_signals::{Scrape, Scraper, Window, WindowOptions};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the sweep runs, beyond the workload and the SLO.
+#[derive(Debug, Clone)]
+pub struct SweepSettings {
+    /// Closed loop (concurrency) or open loop (rate).
+    pub mode: LoadMode,
+    /// Open-loop gap distribution.
+    pub arrival: ArrivalProcess,
+    /// Open-loop cap on requests in flight.
+    pub max_concurrency: Option<u32>,
+    /// Levels, given or automatic.
+    pub plan: LevelPlan,
+    /// Warm-up per level: requests started in it are not recorded.
+    pub warmup: Duration,
+    /// Measurement window per level.
+    pub measure: Duration,
+    /// Longest window when a percentile is still undecided at `measure` (≥ `measure`).
+    pub measure_max: Duration,
+    /// Longest drain of in-flight requests after the window.
+    pub drain_max: Duration,
+    /// Engine `/metrics` URL; `None` skips the server view.
+    pub metrics_url: Option<String>,
+    /// dcgm-exporter URL.
+    pub dcgm_url: Option<String>,
+    /// Time between scrapes during a level.
+    pub scrape_interval: Duration,
+    /// Run directory (created by the caller).
+    pub run_dir: PathBuf,
+    /// Base seed; each level derives its own.
+    pub seed: u64,
+}
+
+/// Progress callbacks (the CLI draws bars; tests record).
+pub trait Progress: Send + Sync {
+    /// A level begins; `expected` is its planned duration (warm-up + window).
+    fn level_start(&self, phase: &str, load: f64, mode: LoadMode, expected: Duration);
+    /// A level ended.
+    fn level_done(&self, phase: &str, level: &LevelResult);
+    /// Something worth saying once.
+    fn note(&self, msg: &str);
+}
+
+/// A [`Progress`] that says nothing.
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn level_start(&self, _: &str, _: f64, _: LoadMode, _: Duration) {}
+    fn level_done(&self, _: &str, _: &LevelResult) {}
+    fn note(&self, _: &str) {}
+}
+
+/// One phase: the classes offered together, with their weights.
+#[derive(Debug, Clone)]
+pub struct Phase {
+    /// Class name, or `mix`.
+    pub name: String,
+    /// Plans of the classes in this phase.
+    pub plans: Vec<ClassPlan>,
+}
+
+/// Each class alone (weight 1), then all together by weight when there is more than one.
+pub fn phases(plans: &[ClassPlan]) -> Vec<Phase> {
+    let mut out: Vec<Phase> = plans
+        .iter()
+        .map(|p| Phase {
+            name: p.name.clone(),
+            plans: vec![p.clone()],
+        })
+        .collect();
+    if plans.len() > 1 {
+        out.push(Phase {
+            name: "mix".into(),
+            plans: plans.to_vec(),
+        });
+    }
+    out
+}
+
+/// A sweep, ready to run.
+pub struct Sweep<'a> {
+    /// Where requests go.
+    pub target: &'a Target,
+    /// Request classes, resolved.
+    pub plans: &'a [ClassPlan],
+    /// Objectives.
+    pub slo: &'a SloFile,
+    /// Settings.
+    pub settings: &'a SweepSettings,
+    /// Cancelled on Ctrl-C or by the caller.
+    pub cancel: CancellationFlag,
+    /// Progress sink.
+    pub progress: &'a dyn Progress,
+    /// Called with every partial result (after each level) and the final one; the CLI writes the
+    /// run directory here.
+    pub on_result: &'a (dyn Fn(&RunResult) + Send + Sync),
+}
+
+impl Sweep<'_> {
+    /// Runs every phase and returns the result (also passed to `on_result` after every level).
+    /// Stops early, with valid partial results, when cancelled or when the server stops answering.
+    pub async fn run(&self) -> RunResult {
+        let mut run = RunResult {
+            schema_version: RESULTS_SCHEMA_VERSION,
+            status: RunStatus::Running,
+            phases: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let mut level_index: u32 = 0;
+        let mut stop_reason: Option<String> = None;
+        'phases: for phase in phases(self.plans) {
+            let mut search = Search::new(self.settings.plan.clone());
+            run.phases.push(PhaseResult {
+                name: phase.name.clone(),
+                classes: phase
+                    .plans
+                    .iter()
+                    .map(|p| (p.name.clone(), p.weight))
+                    .collect(),
+                mode: self.settings.mode,
+                levels: Vec::new(),
+                capacity: None,
+                first_fail: None,
+                first_breach: None,
+                search_note: String::new(),
+            });
+            while let Some(load) = search.next_level() {
+                if self.cancel.is_cancelled() {
+                    stop_reason = Some("interrupted (Ctrl-C)".into());
+                    break 'phases;
+                }
+                let level = self.run_one(&phase, load, level_index).await;
+                level_index += 1;
+                let interrupted = level.window_note.starts_with("interrupted");
+                let dead = level_is_dead(&level);
+                search.record(load, level.verdict);
+                self.progress.level_done(&phase.name, &level);
+                let p = run.phases.last_mut().expect("phase pushed above");
+                p.levels.push(level);
+                update_phase(p, &search);
+                (self.on_result)(&run);
+                if interrupted {
+                    stop_reason = Some("interrupted (Ctrl-C)".into());
+                    break 'phases;
+                }
+                if let Some(why) = dead {
+                    stop_reason = Some(why);
+                    break 'phases;
+                }
+            }
+            let p = run.phases.last_mut().expect("phase pushed above");
+            update_phase(p, &search);
+            p.search_note = search.note.clone();
+        }
+        if let Some(p) = run.phases.last_mut()
+            && p.search_note.is_empty()
+        {
+            p.search_note = "stopped before the search finished".into();
+        }
+        run.warnings = collect_warnings(&run);
+        run.status = match stop_reason {
+            Some(reason) => RunStatus::Stopped { reason },
+            None => RunStatus::Complete,
+        };
+        (self.on_result)(&run);
+        run
+    }
+
+    async fn run_one(&self, phase: &Phase, load: f64, level_index: u32) -> LevelResult {
+        let s = self.settings;
+        let mode = match s.mode {
+            LoadMode::Concurrency => LevelMode::Concurrency(load.round().max(1.0) as u32),
+            LoadMode::Rate => LevelMode::Rate {
+                rate_per_s: load,
+                arrival: s.arrival,
+                max_concurrency: s.max_concurrency,
+            },
+        };
+        self.progress
+            .level_start(&phase.name, load, s.mode, s.warmup + s.measure);
+        let scraper = Scraper::new(Duration::from_secs(5));
+        let mut notes = Vec::new();
+        let start = self.scrape_pair(&scraper, &mut notes).await;
+
+        // Periodic scrapes: the first at the end of the warm-up (the measurement window's
+        // baseline), then every interval until the level ends.
+        let stop = CancellationFlag::new();
+        let periodic = {
+            let stop = stop.clone();
+            let scraper = scraper.clone();
+            let urls = (s.metrics_url.clone(), s.dcgm_url.clone());
+            let every = s.scrape_interval.max(Duration::from_millis(200));
+            let first = s.warmup;
+            tokio::spawn(async move {
+                let mut got: Vec<(ScrapeKind, Result<Scrape, String>)> = Vec::new();
+                let mut wait = first;
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                    wait = every;
+                    if let Some(u) = &urls.0 {
+                        got.push((
+                            ScrapeKind::Engine,
+                            scraper.scrape(u).await.map_err(|e| e.to_string()),
+                        ));
+                    }
+                    if let Some(u) = &urls.1 {
+                        got.push((
+                            ScrapeKind::Dcgm,
+                            scraper.scrape(u).await.map_err(|e| e.to_string()),
+                        ));
+                    }
+                }
+                got
+            })
+        };
+
+        let spec = phase_spec(self.slo, phase);
+        let check = early_stop_check(phase, self.slo, s.measure, s.measure_max);
+        let opts = RunOptions {
+            drain_max: s.drain_max,
+            measure_max: s.measure_max.max(s.measure),
+            check: Some(check),
+            ..RunOptions::default()
+        };
+        let seed = s.seed ^ (u64::from(level_index) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let rec = run_level_with(
+            self.target,
+            &phase.plans,
+            mode,
+            s.warmup,
+            s.measure,
+            seed,
+            self.cancel.clone(),
+            &opts,
+        )
+        .await;
+        stop.cancel();
+        // A cancelled stream reaches the engine as an abort a moment after the client hangs up;
+        // let those land before the closing scrape so both sides count the same requests.
+        let ended = rec.level_totals();
+        if ended.outcomes.contains_key(&Outcome::ClientCancel)
+            || ended.outcomes.contains_key(&Outcome::Timeout)
+        {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let mut engine_scrapes: Vec<Scrape> = Vec::new();
+        let mut dcgm_scrapes: Vec<Scrape> = Vec::new();
+        let (e0, d0) = start;
+        let had_start = e0.is_some();
+        engine_scrapes.extend(e0);
+        dcgm_scrapes.extend(d0);
+        match periodic.await {
+            Ok(got) => {
+                for (kind, r) in got {
+                    match (kind, r) {
+                        (ScrapeKind::Engine, Ok(x)) => engine_scrapes.push(x),
+                        (ScrapeKind::Dcgm, Ok(x)) => dcgm_scrapes.push(x),
+                        (_, Err(e)) => notes.push(e),
+                    }
+                }
+            }
+            Err(e) => notes.push(format!("scrape task failed: {e}")),
+        }
+        let (e1, d1) = self.scrape_pair(&scraper, &mut notes).await;
+        engine_scrapes.extend(e1);
+        dcgm_scrapes.extend(d1);
+
+        // Store everything raw before interpreting it.
+        let mut files = Vec::new();
+        for (seq, sc) in engine_scrapes.iter().enumerate() {
+            match write_scrape(&s.run_dir, level_index, seq as u32, ScrapeKind::Engine, sc) {
+                Ok(f) => files.push(f),
+                Err(e) => notes.push(format!("cannot store scrape: {e}")),
+            }
+        }
+        for (seq, sc) in dcgm_scrapes.iter().enumerate() {
+            match write_scrape(&s.run_dir, level_index, seq as u32, ScrapeKind::Dcgm, sc) {
+                Ok(f) => files.push(f),
+                Err(e) => notes.push(format!("cannot store scrape: {e}")),
+            }
+        }
+        let hist_file = format!("histograms/L{level_index:03}.json");
+        if let Err(e) = rec.save(&s.run_dir.join(&hist_file)) {
+            notes.push(e.to_string());
+        }
+        // The measurement window starts at the scrape taken when the warm-up ended (the first
+        // periodic one), so warm-up requests do not count in the engine's histograms.
+        let window_from = if had_start && !s.warmup.is_zero() {
+            1
+        } else {
+            0
+        };
+        judge_level(JudgeInput {
+            phase,
+            slo: self.slo,
+            spec: &spec,
+            rec: &rec,
+            window_from,
+            engine_scrapes: &engine_scrapes,
+            dcgm_scrapes: &dcgm_scrapes,
+            scrape_files: files,
+            hist_file,
+            notes,
+        })
+    }
+
+    async fn scrape_pair(
+        &self,
+        scraper: &Scraper,
+        notes: &mut Vec<String>,
+    ) -> (Option<Scrape>, Option<Scrape>) {
+        let mut e = None;
+        let mut d = None;
+        if let Some(u) = &self.settings.metrics_url {
+            match scraper.scrape(u).await {
+                Ok(x) => e = Some(x),
+                Err(err) => notes.push(err.to_string()),
+            }
+        }
+        if let Some(u) = &self.settings.dcgm_url {
+            match scraper.scrape(u).await {
+                Ok(x) => d = Some(x),
+                Err(err) => notes.push(err.to_string()),
+            }
+        }
+        (e, d)
+    }
+}
+
+/// The objectives a phase is judged on: its class's for a single-class phase; for the mix, the
+/// union of every class's server-side objectives (client ones are judged per class).
+fn phase_spec(slo: &SloFile, phase: &Phase) -> SloSpec {
+    if phase.plans.len() == 1 {
+        return slo.spec_for(&phase.plans[0].name);
+    }
+    let mut objectives: Vec<Objective> = Vec::new();
+    for p in &phase.plans {
+        for o in slo.spec_for(&p.name).objectives {
+            if is_server_only(&o) && !objectives.iter().any(|x| x.id() == o.id()) {
+                objectives.push(o);
+            }
+        }
+    }
+    SloSpec { objectives }
+}
+
+fn is_server_only(o: &Objective) -> bool {
+    matches!(
+        o,
+        Objective::Latency {
+            signal: LatencySignal::QueueTime,
+            ..
+        }
+    )
+}
+
+fn latency_map(c: &ClassRecording) -> BTreeMap<LatencySignal, hdrhistogram::Histogram<u64>> {
+    let mut m = BTreeMap::new();
+    m.insert(LatencySignal::Ttft, c.ttft.clone());
+    m.insert(LatencySignal::Itl, c.itl.clone());
+    m.insert(LatencySignal::Tpot, c.tpot.clone());
+    m.insert(LatencySignal::E2e, c.e2e.clone());
+    m
+}
+
+/// Client objectives of every class in the phase (ids prefixed `class/` in the mix).
+fn client_objectives(
+    slo: &SloFile,
+    phase: &Phase,
+    rec: &LevelRecording,
+    final_window: bool,
+) -> Vec<ObjectiveResult> {
+    let mix = phase.plans.len() > 1;
+    let mut out = Vec::new();
+    for (i, (plan, c)) in phase.plans.iter().zip(&rec.classes).enumerate() {
+        let spec = slo.spec_for(&plan.name);
+        let client_objs: Vec<Objective> = spec
+            .objectives
+            .into_iter()
+            .filter(|o| !is_server_only(o))
+            .collect();
+        let lat = latency_map(c);
+        // Errors are counted over every request of the level that ended (a request of the
+        // window may still be running when the window closes); latency over the window only.
+        let outcomes = rec.class_totals.get(i).map_or(&c.outcomes, |t| &t.outcomes);
+        let ev = ClientEvidence {
+            latency: &lat,
+            outcomes,
+        };
+        for mut r in evaluate(&client_objs, &ev, final_window) {
+            if mix {
+                r.id = format!("{}/{}", plan.name, r.id);
+                r.description = format!("{}: {}", plan.name, r.description);
+            }
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The check the runner calls during the window: stop early once a breach is certain; at the
+/// end of the base window, continue (up to `measure_max`) only while an objective is undecided.
+fn early_stop_check(
+    phase: &Phase,
+    slo: &SloFile,
+    measure: Duration,
+    measure_max: Duration,
+) -> LevelCheck {
+    let phase = phase.clone();
+    let slo = slo.clone();
+    Arc::new(move |rec: &LevelRecording, elapsed: Duration| {
+        let results = client_objectives(&slo, &phase, rec, false);
+        if results.iter().any(|r| r.verdict == Verdict::Fail) {
+            return true;
+        }
+        if elapsed < measure {
+            return false;
+        }
+        // Past the base window: keep measuring only while an undecided objective can still
+        // gather the samples its percentile needs by the longest window.
+        let max_s = measure_max.as_secs_f64();
+        let el = elapsed.as_secs_f64().max(1e-3);
+        !results.iter().any(|r| {
+            r.verdict == Verdict::Inconclusive && {
+                let projected = r.samples as f64 * max_s / el;
+                projected >= needed_samples(&r.id) as f64
+            }
+        })
+    })
+}
+
+/// Samples an objective needs before its percentile is an observation (`ttft_p95` → 20); error
+/// objectives need one finished request.
+fn needed_samples(id: &str) -> u64 {
+    id.rsplit_once("_p")
+        .and_then(|(_, p)| p.parse::<f64>().ok())
+        .map_or(1, headroom_core::stats::min_samples_for_percentile)
+}
+
+struct JudgeInput<'a> {
+    phase: &'a Phase,
+    slo: &'a SloFile,
+    spec: &'a SloSpec,
+    rec: &'a LevelRecording,
+    /// Index of the engine scrape that opens the measurement window.
+    window_from: usize,
+    engine_scrapes: &'a [Scrape],
+    dcgm_scrapes: &'a [Scrape],
+    scrape_files: Vec<String>,
+    hist_file: String,
+    notes: Vec<String>,
+}
+
+fn judge_level(j: JudgeInput<'_>) -> LevelResult {
+    let rec = j.rec;
+    let total = rec.total();
+    let mix = j.phase.plans.len() > 1;
+    let mut objectives = client_objectives(j.slo, j.phase, rec, true);
+    let health = rec.client_health();
+    let totals = client_totals(rec);
+    let mut warnings = rec.client_warnings(0.001, 0.8);
+    let mut server: Option<ServerView> = None;
+    let build = |engine: &[Scrape], dcgm: &[Scrape]| {
+        Window::from_scrapes(engine, dcgm, &WindowOptions::default())
+    };
+    let meas_engine = j.engine_scrapes.get(j.window_from..).unwrap_or(&[]);
+    let meas_start = meas_engine.first().map_or(f64::INFINITY, |x| x.at_unix_s);
+    let meas_dcgm: Vec<Scrape> = j
+        .dcgm_scrapes
+        .iter()
+        .filter(|x| x.at_unix_s + 0.5 >= meas_start)
+        .cloned()
+        .collect();
+    let windows = if meas_engine.len() >= 2 {
+        match (
+            build(j.engine_scrapes, j.dcgm_scrapes),
+            build(meas_engine, &meas_dcgm),
+        ) {
+            (Ok(full), Ok(meas)) => Some((full, meas)),
+            (Err(e), _) | (_, Err(e)) => {
+                warnings.push(format!("server view unavailable: {e}"));
+                None
+            }
+        }
+    } else {
+        if !j.engine_scrapes.is_empty() || !j.notes.is_empty() {
+            warnings.push(
+                "fewer than two engine scrapes in the window: no server view for this level".into(),
+            );
+        }
+        None
+    };
+    match &windows {
+        Some((full, meas)) => {
+            let view = ClientView {
+                objectives: if mix { Vec::new() } else { objectives.clone() },
+                health: Some(health.clone()),
+                // Counts are reconciled over the whole level below, not over the window.
+                requests_finished: None,
+                output_tokens: None,
+                workload_drift: drift(&total.tokens),
+            };
+            let a = assess(meas, Some(&view), j.spec);
+            if mix {
+                objectives.extend(a.objectives.iter().cloned());
+                if !a.refused.is_empty() {
+                    for o in &mut objectives {
+                        o.verdict = Verdict::Inconclusive;
+                    }
+                }
+            } else {
+                objectives = a.objectives.clone();
+            }
+            let mut rec_rows = reconcile(full, &totals);
+            let ttft_mean = total.summary(LatencySignal::Ttft);
+            if ttft_mean.count > 0
+                && let Some(r) = ttft_remainder(meas, ttft_mean.mean_s)
+            {
+                rec_rows.push(r);
+            }
+            // Client and server must count the same requests; otherwise the level's numbers
+            // describe different traffic and no verdict is given.
+            let disagree: Vec<String> = rec_rows
+                .iter()
+                .filter(|r| r.what.starts_with("requests_") && !r.agrees)
+                .map(|r| format!("{} client {} / server {}", r.what, r.client, r.server))
+                .collect();
+            if !disagree.is_empty() {
+                let why = format!(
+                    "client and server disagree on finished requests ({}): another client may be using the server",
+                    disagree.join(", ")
+                );
+                for o in &mut objectives {
+                    if o.verdict != Verdict::Inconclusive {
+                        o.reason = format!(
+                            "refused ({why}); the figure alone said {}",
+                            o.verdict.as_str()
+                        );
+                        o.verdict = Verdict::Inconclusive;
+                    }
+                }
+                warnings.push(why);
+            }
+            for o in &mut objectives {
+                first_bucket_observation(o, meas);
+            }
+            let mut sv = server_view(meas, &a, rec_rows, j.scrape_files.clone());
+            sv.notes.extend(j.notes.iter().cloned());
+            server = Some(sv);
+        }
+        None => {
+            // Server-only objectives stay INCONCLUSIVE (evaluate's answer without server data).
+            for o in j.spec.objectives.iter().filter(|o| is_server_only(o)) {
+                if mix || !objectives.iter().any(|x| x.id == o.id()) {
+                    objectives.extend(evaluate(std::slice::from_ref(o), &empty_evidence(), true));
+                }
+            }
+            for n in &j.notes {
+                warnings.push(n.clone());
+            }
+        }
+    }
+    let verdict = Verdict::combine(objectives.iter().map(|o| o.verdict));
+    let window_s = rec.window_s.max(1e-9);
+    let successes: u64 = total
+        .outcomes
+        .iter()
+        .filter(|(k, _)| k.is_success())
+        .map(|(_, v)| v)
+        .sum();
+    let window_note = if rec.interrupted {
+        "interrupted: the window was cut short".to_string()
+    } else {
+        rec.window_note.clone()
+    };
+    LevelResult {
+        load: rec.load,
+        mode: rec.mode,
+        started_unix_s: rec.started_unix_s,
+        window_s: rec.window_s,
+        window_note,
+        outcomes: total.outcome_labels(),
+        latency: LatencySignal::CLIENT
+            .iter()
+            .map(|s| (s.name().to_string(), total.summary(*s)))
+            .collect(),
+        request_rate_per_s: successes as f64 / window_s,
+        output_tokens_per_s: total.tokens.output_realised as f64 / window_s,
+        goodput_per_s: total.goodput as f64 / window_s,
+        tokens: total.tokens.clone(),
+        objectives,
+        verdict,
+        client: health,
+        server,
+        histograms: j.hist_file,
+        warnings,
+    }
+}
+
+/// A server-side quantile that falls in the histogram's first bucket says only "at most the first
+/// bound" (vLLM's queue-time buckets start at 0.3 s): PromQL's interpolation would print e.g.
+/// 285 ms for requests that waited 2 ms. Such an observation is withheld (no headroom is claimed)
+/// and the reason says what is known.
+fn first_bucket_observation(o: &mut ObjectiveResult, w: &Window) {
+    if !o.id.starts_with("queue_time_p") {
+        return;
+    }
+    let Some(h) = w.histogram(headroom_signals::Signal::QueueTime) else {
+        return;
+    };
+    let Some(first) = h.buckets.first().map(|b| b.le) else {
+        return;
+    };
+    if let Some(v) = o.observed
+        && v <= first
+    {
+        o.observed = None;
+        o.reason = format!(
+            "{}; every observation at this percentile lies in the first bucket (≤ {} s), so the engine's histogram gives no finer figure (mean {})",
+            o.reason,
+            headroom_core::slo::fmt_num(first),
+            h.mean()
+                .map(headroom_core::slo::fmt_duration_s)
+                .unwrap_or_else(|| "n/a".into())
+        );
+    }
+}
+
+fn empty_evidence() -> ClientEvidence<'static> {
+    static LAT: std::sync::OnceLock<BTreeMap<LatencySignal, hdrhistogram::Histogram<u64>>> =
+        std::sync::OnceLock::new();
+    static OUT: std::sync::OnceLock<BTreeMap<Outcome, u64>> = std::sync::OnceLock::new();
+    ClientEvidence {
+        latency: LAT.get_or_init(BTreeMap::new),
+        outcomes: OUT.get_or_init(BTreeMap::new),
+    }
+}
+
+/// Whole-level client totals (warm-up, window and drain), the span the server's counters cover.
+fn client_totals(rec: &LevelRecording) -> ClientTotals {
+    let t = &rec.level_totals();
+    let get = |o: Outcome| t.outcomes.get(&o).copied().unwrap_or(0);
+    ClientTotals {
+        stop: get(Outcome::Stop),
+        length: get(Outcome::Length),
+        cancelled: get(Outcome::ClientCancel) + get(Outcome::Timeout),
+        server_abort_or_error: get(Outcome::Abort) + get(Outcome::Error),
+        output_tokens: t.output_tokens,
+        prompt_tokens: t.prompt_tokens,
+        unfinished_chunks: t.unfinished_chunks,
+    }
+}
+
+/// Realised prompt tokens more than 25 % away from the synthesis target: the run measured a
+/// different workload from the one specified.
+fn drift(t: &TokenCounts) -> Option<String> {
+    if t.prompt_requested == 0 || t.prompt_realised == 0 {
+        return None;
+    }
+    let ratio = t.prompt_realised as f64 / t.prompt_requested as f64;
+    (!(0.75..=1.25).contains(&ratio)).then(|| {
+        format!(
+            "prompts realised {} tokens against {} requested ({:.0} %); pass --tokenizer for exact counts",
+            t.prompt_realised,
+            t.prompt_requested,
+            ratio * 100.0
+        )
+    })
+}
+
+/// A level where nothing got through and the client saw only transport failures: the server is
+/// gone, so the sweep stops rather than climbing further.
+fn level_is_dead(l: &LevelResult) -> Option<String> {
+    let total: u64 = l.outcomes.values().sum();
+    let transport = l.outcomes.get("transport").copied().unwrap_or(0);
+    (total > 0 && transport == total).then(|| {
+        format!(
+            "the server stopped answering at {} {} ({} transport failures)",
+            l.load,
+            l.mode.unit(),
+            transport
+        )
+    })
+}
+
+fn update_phase(p: &mut PhaseResult, s: &Search) {
+    p.capacity = s.capacity();
+    p.first_fail = s.first_fail();
+    p.first_breach = p.first_fail.and_then(|f| {
+        let l = p.levels.iter().find(|l| (l.load - f).abs() < 1e-9)?;
+        l.objectives
+            .iter()
+            .find(|o| o.verdict == Verdict::Fail)
+            .or_else(|| {
+                l.objectives
+                    .iter()
+                    .find(|o| o.verdict == Verdict::Inconclusive)
+            })
+            .map(|o| o.id.clone())
+    });
+}
+
+fn collect_warnings(run: &RunResult) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in &run.phases {
+        for l in &p.levels {
+            for w in &l.warnings {
+                let w = format!("{} at {} {}: {w}", p.name, l.load, l.mode.unit());
+                if !out.contains(&w) {
+                    out.push(w);
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,302 @@
+//! Judging one level against the SLO: each objective gets PASS / FAIL / INCONCLUSIVE with its
+//! observed value, sample count and reason.
+//!
+//! Client latency objectives are decided from HDR histograms (nanoseconds) by counting the
+//! observations above the threshold and applying [`headroom_core::stats::decide`]; the error
+//! objective counts errors + aborts over finished requests, never client cancellations. Queue time
+//! only the engine measures: `headroom_diagnose::assess` judges it on the server's histogram, and
+//! here it stays INCONCLUSIVE (the answer when the server's metrics are unavailable).
+
+use hdrhistogram::Histogram;
+use headroom_core::run::ObjectiveResult;
+use headroom_core::stats::{Decision, decide, min_samples_for_percentile};
+use headroom_core::{LatencySignal, Objective, Outcome, Verdict};
+use std::collections::BTreeMap;
+
+/// Client-side material for one level.
+pub struct ClientEvidence<'a> {
+    /// Histogram (ns) per client signal.
+    pub latency: &'a BTreeMap<LatencySignal, Histogram<u64>>,
+    /// Requests by outcome.
+    pub outcomes: &'a BTreeMap<Outcome, u64>,
+}
+
+/// Whether an undecided objective may still be decided by measuring longer.
+pub fn needs_more_samples(results: &[ObjectiveResult]) -> bool {
+    results.iter().any(|r| r.verdict == Verdict::Inconclusive)
+}
+
+/// Evaluates every objective. `final_window` is false for the checks during a level (early stop),
+/// true for the verdict that is recorded.
+pub fn evaluate(
+    objectives: &[Objective],
+    client: &ClientEvidence<'_>,
+    final_window: bool,
+) -> Vec<ObjectiveResult> {
+    objectives
+        .iter()
+        .map(|o| match o {
+            Objective::Latency {
+                signal: LatencySignal::QueueTime,
+                threshold_s,
+                ..
+            } => result(o, *threshold_s, None, Verdict::Inconclusive, 0, "server metrics unavailable: queue time is measured by the engine (vllm:request_queue_time_seconds)".into()),
+            Objective::Latency {
+                signal,
+                percentile,
+                threshold_s,
+            } => latency(
+                o,
+                client.latency.get(signal),
+                *percentile,
+                *threshold_s,
+                final_window,
+            ),
+            Objective::ErrorRate { max_ratio } => {
+                error_rate(o, client.outcomes, *max_ratio, final_window)
+            }
+        })
+        .collect()
+}
+
+fn result(
+    o: &Objective,
+    threshold: f64,
+    observed: Option<f64>,
+    verdict: Verdict,
+    samples: u64,
+    reason: String,
+) -> ObjectiveResult {
+    ObjectiveResult {
+        id: o.id(),
+        description: o.describe(),
+        threshold,
+        observed,
+        verdict,
+        samples,
+        reason,
+    }
+}
+
+fn latency(
+    o: &Objective,
+    h: Option<&Histogram<u64>>,
+    pct: f64,
+    thr_s: f64,
+    final_window: bool,
+) -> ObjectiveResult {
+    let n = h.map_or(0, |h| h.len());
+    let Some(h) = h.filter(|_| n > 0) else {
+        return result(
+            o,
+            thr_s,
+            None,
+            Verdict::Inconclusive,
+            0,
+            "no observations (client)".into(),
+        );
+    };
+    let thr_ns = (thr_s * 1e9) as u64;
+    // Values HDR considers equivalent to the threshold count as meeting it (3 significant digits).
+    let good = h.count_between(0, thr_ns);
+    let bad = n - good.min(n);
+    let allowed = 1.0 - pct / 100.0;
+    let observed = h.value_at_quantile(pct / 100.0) as f64 / 1e9;
+    let need = min_samples_for_percentile(pct);
+    let share = format!("{bad} of {n} above the threshold (client)");
+    match decide(bad, n, allowed) {
+        Decision::BreachCertain => result(
+            o,
+            thr_s,
+            Some(observed),
+            Verdict::Fail,
+            n,
+            format!("{share}; breach certain at 95 %"),
+        ),
+        Decision::PassCertain => result(o, thr_s, Some(observed), Verdict::Pass, n, share),
+        Decision::Undecided if !final_window => result(
+            o,
+            thr_s,
+            Some(observed),
+            Verdict::Inconclusive,
+            n,
+            format!("{share}; undecided so far"),
+        ),
+        Decision::Undecided if n < need => result(
+            o,
+            thr_s,
+            Some(observed),
+            Verdict::Inconclusive,
+            n,
+            format!(
+                "{share}; p{} needs at least {need} samples",
+                headroom_core::slo::fmt_num(pct)
+            ),
+        ),
+        Decision::Undecided => {
+            let v = if observed <= thr_s {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            };
+            result(
+                o,
+                thr_s,
+                Some(observed),
+                v,
+                n,
+                format!(
+                    "{share}; borderline (95 % interval straddles the target), decided by the point estimate"
+                ),
+            )
+        }
+    }
+}
+
+fn error_rate(
+    o: &Objective,
+    outcomes: &BTreeMap<Outcome, u64>,
+    max_ratio: f64,
+    final_window: bool,
+) -> ObjectiveResult {
+    let n: u64 = outcomes
+        .iter()
+        .filter(|(k, _)| **k != Outcome::ClientCancel)
+        .map(|(_, v)| v)
+        .sum();
+    let bad: u64 = outcomes
+        .iter()
+        .filter(|(k, _)| k.counts_as_error())
+        .map(|(_, v)| v)
+        .sum();
+    if n == 0 {
+        return result(
+            o,
+            max_ratio,
+            None,
+            Verdict::Inconclusive,
+            0,
+            "no finished requests".into(),
+        );
+    }
+    let observed = bad as f64 / n as f64;
+    let share = format!("{bad} errors + aborts of {n} finished requests");
+    match decide(bad, n, max_ratio) {
+        Decision::BreachCertain => result(
+            o,
+            max_ratio,
+            Some(observed),
+            Verdict::Fail,
+            n,
+            format!("{share}; breach certain at 95 %"),
+        ),
+        Decision::PassCertain => result(o, max_ratio, Some(observed), Verdict::Pass, n, share),
+        Decision::Undecided if !final_window => result(
+            o,
+            max_ratio,
+            Some(observed),
+            Verdict::Inconclusive,
+            n,
+            share,
+        ),
+        Decision::Undecided => {
+            // With zero errors the only question is whether enough requests ran to mean anything;
+            // the point estimate then decides, as for latency.
+            let v = if observed <= max_ratio {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            };
+            result(
+                o,
+                max_ratio,
+                Some(observed),
+                v,
+                n,
+                format!(
+                    "{share}; decided by the point estimate (95 % interval straddles the target)"
+                ),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hist(values_ms: &[u64]) -> Histogram<u64> {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+        for v in values_ms {
+            h.record(v * 1_000_000).unwrap();
+        }
+        h
+    }
+
+    fn ttft(p: f64, thr: f64) -> Objective {
+        Objective::Latency {
+            signal: LatencySignal::Ttft,
+            percentile: p,
+            threshold_s: thr,
+        }
+    }
+
+    fn eval_ttft(values_ms: &[u64], o: Objective, final_window: bool) -> ObjectiveResult {
+        let mut lat = BTreeMap::new();
+        lat.insert(LatencySignal::Ttft, hist(values_ms));
+        let out = BTreeMap::new();
+        let c = ClientEvidence {
+            latency: &lat,
+            outcomes: &out,
+        };
+        evaluate(&[o], &c, final_window).remove(0)
+    }
+
+    #[test]
+    fn latency_pass_fail_inconclusive() {
+        // 200 values 1..=200 ms; p95 = 190 ms. Threshold 300 ms: none above -> certain pass.
+        let v: Vec<u64> = (1..=200).collect();
+        let r = eval_ttft(&v, ttft(95.0, 0.3), true);
+        assert_eq!(r.verdict, Verdict::Pass);
+        assert_eq!(r.samples, 200);
+        assert!(
+            (r.observed.unwrap() - 0.190).abs() < 0.001,
+            "{:?}",
+            r.observed
+        );
+        // Threshold 100 ms: 100 of 200 above -> certain breach.
+        let r = eval_ttft(&v, ttft(95.0, 0.1), false);
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert!(r.reason.starts_with("100 of 200 above"), "{}", r.reason);
+        // 10 samples, all below: p95 needs 20 samples -> inconclusive at the end of the window.
+        let r = eval_ttft(&[10; 10], ttft(95.0, 0.3), true);
+        assert_eq!(r.verdict, Verdict::Inconclusive);
+        assert!(r.reason.contains("at least 20 samples"), "{}", r.reason);
+        // Borderline: 100 values, 6 above 50 ms: undecided; point estimate p95 = 51 ms > 50 -> FAIL.
+        let mut v = vec![10u64; 94];
+        v.extend([51, 51, 51, 51, 51, 51]);
+        let r = eval_ttft(&v, ttft(95.0, 0.05), true);
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert!(r.reason.contains("borderline"));
+        let r = eval_ttft(&v, ttft(95.0, 0.05), false);
+        assert_eq!(r.verdict, Verdict::Inconclusive);
+    }
+
+    #[test]
+    fn errors_exclude_client_cancels() {
+        let lat = BTreeMap::new();
+        let mut out = BTreeMap::new();
+        out.insert(Outcome::Length, 995);
+        out.insert(Outcome::HttpStatus(503), 5);
+        out.insert(Outcome::ClientCancel, 40);
+        let c = ClientEvidence {
+            latency: &lat,
+            outcomes: &out,
+        };
+        let r = evaluate(&[Objective::ErrorRate { max_ratio: 0.02 }], &c, true).remove(0);
+        // 5 / 1000 = 0.5 %; Wilson upper 1.17 % < 2 % -> pass.
+        assert_eq!(r.verdict, Verdict::Pass);
+        assert_eq!(r.samples, 1000);
+        assert!((r.observed.unwrap() - 0.005).abs() < 1e-12);
+    }
+}

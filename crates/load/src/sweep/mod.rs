@@ -1,0 +1,12 @@
+//! The sweep: for each phase (each request class alone, then the mix), find the highest load
+//! that meets every objective.
+//!
+//! - [`search`]: which level next (bracket, then bisect);
+//! - [`evaluate`]: client-side objectives of a level (PASS / FAIL / INCONCLUSIVE);
+//! - [`server_view`]: the engine's account of a level and its reconciliation with the client;
+//! - [`controller`]: the loop that runs levels, scrapes, judges and writes results.
+
+pub mod controller;
+pub mod evaluate;
+pub mod search;
+pub mod server_view;

@@ -1,0 +1,170 @@
+//! The engine's own account of a level, from its `/metrics` scrapes, and its reconciliation with
+//! what the client measured.
+//!
+//! Figures are named with their unit and come from one canonical signal each (see
+//! `headroom_signals::Signal` for the metric names per engine). Reconciliation compares counts
+//! that must agree exactly when no request was cut short: requests finished by reason and output
+//! tokens; and it shows how much of the client's TTFT the server's queue + prefill explain.
+
+use headroom_core::run::{Reconciliation, ServerView};
+use headroom_diagnose::Assessment;
+use headroom_signals::{Signal, Window};
+
+/// What the client counted over the whole level (warm-up, window and drain), for reconciliation
+/// with the server's counters over the same span.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClientTotals {
+    /// Requests that ended `stop`.
+    pub stop: u64,
+    /// Requests that ended `length`.
+    pub length: u64,
+    /// Requests the client cancelled or gave up on (the server should count them as `abort`).
+    pub cancelled: u64,
+    /// Requests the server ended with `abort` or `error` on its own.
+    pub server_abort_or_error: u64,
+    /// Σ `usage.completion_tokens` of requests that finished with usage.
+    pub output_tokens: u64,
+    /// Σ `usage.prompt_tokens` of requests that finished with usage.
+    pub prompt_tokens: u64,
+    /// Content chunks received by cancelled or failed requests (tokens the server generated that
+    /// have no usage).
+    pub unfinished_chunks: u64,
+}
+
+/// Builds the server view of a level from its measurement window, the assessment of that
+/// window, and the reconciliation (computed over the whole level, see [`reconcile`]).
+pub fn server_view(
+    w: &Window,
+    assessment: &Assessment,
+    reconciliation: Vec<Reconciliation>,
+    scrapes: Vec<String>,
+) -> ServerView {
+    let mut v = ServerView {
+        engine: w.engine.name().to_string(),
+        scrapes,
+        ..ServerView::default()
+    };
+    for step in &assessment.steps {
+        for f in &step.figures {
+            if f.value.is_finite() {
+                v.figures.insert(f.name.clone(), f.value);
+            }
+        }
+    }
+    v.findings = assessment
+        .findings
+        .iter()
+        .map(|f| f.finding.clone())
+        .collect();
+    v.reconciliation = reconciliation;
+    for r in &assessment.refused {
+        v.notes.push(format!("verdict refused: {r}"));
+    }
+    v.notes.extend(assessment.notes.iter().cloned());
+    v
+}
+
+/// Client against server over the same span (the whole level: warm-up, window and drain, between
+/// the first and the last scrape): finished requests by reason and output tokens.
+pub fn reconcile(w: &Window, c: &ClientTotals) -> Vec<Reconciliation> {
+    let mut out = Vec::new();
+    let Some(by_reason) = w.counters.get(&Signal::RequestsFinished) else {
+        return out;
+    };
+    let server_total: f64 = by_reason.values().sum();
+    let client_total = c.stop + c.length + c.cancelled + c.server_abort_or_error;
+    out.push(Reconciliation {
+        what: "requests_total".into(),
+        client: client_total as f64,
+        server: server_total,
+        agrees: (server_total - client_total as f64).abs() < 0.5,
+        note: "every request the client sent and saw end, against vllm:request_success_total summed over finished_reason; must match exactly".into(),
+    });
+    // A stream the client cancels in its last step may finish on the server (`length`) before
+    // the abort arrives, so per-reason counts may trade up to one request per cancellation.
+    let race = c.cancelled as f64;
+    let server_abort = w
+        .counter_key(Signal::RequestsFinished, "abort")
+        .unwrap_or(0.0);
+    for (key, client, server) in [
+        (
+            "stop",
+            c.stop,
+            w.counter_key(Signal::RequestsFinished, "stop")
+                .unwrap_or(0.0),
+        ),
+        (
+            "length",
+            c.length,
+            w.counter_key(Signal::RequestsFinished, "length")
+                .unwrap_or(0.0),
+        ),
+        (
+            "abort",
+            c.cancelled + c.server_abort_or_error,
+            server_abort
+                + w.counter_key(Signal::RequestsFinished, "error")
+                    .unwrap_or(0.0),
+        ),
+    ] {
+        let diff = (server - client as f64).abs();
+        out.push(Reconciliation {
+            what: format!("requests_{key}"),
+            client: client as f64,
+            server,
+            agrees: diff <= race + 0.5,
+            note: if key == "abort" {
+                "client cancellations and server aborts/errors (vllm:request_success_total{finished_reason=\"abort\"|\"error\"})".into()
+            } else {
+                format!("vllm:request_success_total{{finished_reason=\"{key}\"}}; within {race} when streams were cancelled")
+            },
+        });
+    }
+    if let Some(server) = w.counter(Signal::GenerationTokens) {
+        let client_all = (c.output_tokens + c.unfinished_chunks) as f64;
+        // Exact when every request finished with usage. A cancelled stream's tokens are known
+        // only as chunks received, and the engine keeps generating until it notices the
+        // disconnect (a few steps): allow 4 tokens per cancelled stream.
+        let slack = 4.0 * race + 0.5;
+        out.push(Reconciliation {
+            what: "output_tokens".into(),
+            client: client_all,
+            server,
+            agrees: (server - client_all).abs() <= slack,
+            note: if c.cancelled == 0 {
+                "usage.completion_tokens against vllm:generation_tokens_total; must match exactly"
+                    .into()
+            } else {
+                format!(
+                    "{} cancelled streams counted by chunks received (±4 tokens each)",
+                    c.cancelled
+                )
+            },
+        });
+    }
+    out
+}
+
+/// How much of the client's TTFT the engine explains: client mean TTFT against the server's mean
+/// queue time + mean prefill time over the measurement window (both exact means: HDR on the
+/// client, `_sum / _count` on the server). The remainder is frontend (HTTP, tokenisation,
+/// detokenisation), network and gateway time; a negative remainder means the windows do not
+/// line up.
+pub fn ttft_remainder(w: &Window, client_ttft_mean_s: f64) -> Option<Reconciliation> {
+    let q = w.histogram(Signal::QueueTime)?.mean()?;
+    let p = w.histogram(Signal::PrefillTime)?.mean()?;
+    let rest = client_ttft_mean_s - q - p;
+    Some(Reconciliation {
+        what: "ttft_unexplained_mean_s".into(),
+        client: client_ttft_mean_s,
+        server: q + p,
+        agrees: rest >= 0.0,
+        note: format!(
+            "client TTFT mean {:.1} ms = engine queue {:.1} ms + prefill {:.1} ms + {:.1} ms of frontend, network and gateway time",
+            client_ttft_mean_s * 1e3,
+            q * 1e3,
+            p * 1e3,
+            rest * 1e3
+        ),
+    })
+}
