@@ -5,6 +5,7 @@
 
 pub mod chart;
 pub mod csv;
+pub mod diagnosis;
 pub mod html;
 pub mod markdown;
 pub mod terminal;

@@ -1,0 +1,472 @@
+//! Renderers of `headroom diagnose`: one [`Diagnosis`] (a window's source plus its
+//! [`Assessment`]) as plain terminal text ([`terminal`]), Markdown ([`markdown`]) or JSON
+//! ([`json`]). Every figure shown was computed by `headroom_diagnose::assess`; nothing here
+//! computes a statistic, it only formats values by their unit.
+//!
+//! # JSON shape
+//! One object per window: `source` (where the scrapes came from, the engine, the window), `class`
+//! (the SLO class judged) and the assessment's fields flattened beside them: `verdict`
+//! (`PASS`/`FAIL`/`INCONCLUSIVE`), `refused` (reasons, empty when the verdict stands),
+//! `objectives[]` (`id`, `description`, `threshold`, `observed`, `verdict`, `samples`,
+//! `reason`), `steps[]` (`number`, `title`, `figures[]` with `name`/`value`/`unit`/`source`,
+//! `remarks[]`), `findings[]` (stable `id` such as `kv_pressure` or `admission_saturation`,
+//! `title`, `bottleneck`, `action`, `trade_off`, `evidence[]`, `confidence`, `category`,
+//! `watch[]`) and `notes[]`. Several windows (every level of a run directory) are an array of
+//! such objects.
+
+use headroom_core::slo::{fmt_duration_s, fmt_num};
+use headroom_diagnose::Assessment;
+use serde::Serialize;
+
+/// Where a diagnosed window came from, for the report header.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DiagnosisSource {
+    /// `url` (live polling), `prometheus` (HTTP API range), `files` (saved scrapes) or
+    /// `run_dir` (a sweep's scrapes).
+    pub kind: String,
+    /// The URL(s), Prometheus base URL or file/directory names.
+    pub location: String,
+    /// Sweep level index (run directories only).
+    pub level: Option<u32>,
+    /// Engine detected from the metrics (`vllm`, `sglang`, `tgi`, `llama_cpp`, …).
+    pub engine: String,
+    /// Engine version when the metrics reveal it.
+    pub engine_version: Option<String>,
+    /// Start of the window, Unix seconds; for a single scrape the server's start when known.
+    pub start_unix_s: Option<f64>,
+    /// End of the window, Unix seconds.
+    pub end_unix_s: f64,
+    /// Window length in seconds, when the start is known.
+    pub duration_s: Option<f64>,
+    /// Engine scrapes behind the window (0 for a Prometheus range).
+    pub scrapes: usize,
+    /// The window counts from server start (a single scrape).
+    pub since_server_start: bool,
+    /// GPUs seen in dcgm-exporter data.
+    pub gpus: usize,
+}
+
+/// One diagnosed window: what was read and how it was judged.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// Where the window came from.
+    pub source: DiagnosisSource,
+    /// The SLO class whose objectives were applied (`*` for the default).
+    pub class: String,
+    /// The judgement.
+    #[serde(flatten)]
+    pub assessment: Assessment,
+}
+
+/// Formats a value by its unit: seconds as a duration (`812 ms`), ratios as percent, the rest
+/// as a number followed by the unit.
+pub fn fmt_value(value: f64, unit: &str) -> String {
+    match unit {
+        "s" => fmt_duration_s(value),
+        "ratio" => format!("{} %", fmt_num(value * 100.0)),
+        "" => fmt_num(value),
+        u => format!("{} {u}", fmt_num(value)),
+    }
+}
+
+fn fmt_objective(id: &str, v: f64) -> String {
+    if id == "error_rate" {
+        format!("{} %", fmt_num(v * 100.0))
+    } else {
+        fmt_duration_s(v)
+    }
+}
+
+fn header_line(d: &Diagnosis) -> String {
+    let s = &d.source;
+    let engine = match &s.engine_version {
+        Some(v) => format!("{} {v}", s.engine),
+        None => s.engine.clone(),
+    };
+    let level = s.level.map(|l| format!(" level {l}")).unwrap_or_default();
+    let window = match (s.since_server_start, s.duration_s) {
+        (true, Some(d)) => format!("since server start ({})", fmt_duration_s(d)),
+        (true, None) => "since server start".to_owned(),
+        (false, Some(d)) => fmt_duration_s(d),
+        (false, None) => "unknown length".to_owned(),
+    };
+    let gpus = if s.gpus > 0 {
+        format!(", {} GPU(s)", s.gpus)
+    } else {
+        String::new()
+    };
+    format!(
+        "{engine} from {} {}{level}; window {window}, {} scrape(s){gpus}; SLO class `{}`",
+        s.kind, s.location, s.scrapes, d.class
+    )
+}
+
+/// Left-aligned columns separated by two spaces, each line prefixed by `indent`.
+fn table(rows: &[Vec<String>], indent: &str) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::from(indent);
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                let pad = widths[c] - cell.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Plain text for a terminal (no colour codes): header, verdict, refusals, objectives, the six
+/// steps, findings and notes, each table column-aligned.
+pub fn terminal(d: &Diagnosis) -> String {
+    let a = &d.assessment;
+    let mut o = format!("headroom diagnose: {}\n\n", header_line(d));
+    o.push_str(&format!("Verdict: {}\n", a.verdict.as_str()));
+    if !a.refused.is_empty() {
+        o.push_str("Verdict refused, the evidence is not valid:\n");
+        for r in &a.refused {
+            o.push_str(&format!("  - {r}\n"));
+        }
+    }
+    o.push_str("\nObjectives\n");
+    let mut rows = vec![vec![
+        "objective".to_owned(),
+        "observed".to_owned(),
+        "verdict".to_owned(),
+        "samples".to_owned(),
+        "reason".to_owned(),
+    ]];
+    for ob in &a.objectives {
+        rows.push(vec![
+            ob.description.clone(),
+            ob.observed
+                .map(|v| fmt_objective(&ob.id, v))
+                .unwrap_or_else(|| "n/a".into()),
+            ob.verdict.as_str().to_owned(),
+            ob.samples.to_string(),
+            ob.reason.clone(),
+        ]);
+    }
+    o.push_str(&table(&rows, "  "));
+    for s in &a.steps {
+        o.push_str(&format!("\n{}. {}\n", s.number, s.title));
+        if s.figures.is_empty() && s.remarks.is_empty() {
+            o.push_str("  (no data)\n");
+        }
+        let rows: Vec<Vec<String>> = s
+            .figures
+            .iter()
+            .map(|f| {
+                vec![
+                    f.name.clone(),
+                    fmt_value(f.value, &f.unit),
+                    f.source.clone(),
+                ]
+            })
+            .collect();
+        o.push_str(&table(&rows, "  "));
+        for r in &s.remarks {
+            o.push_str(&format!("  - {r}\n"));
+        }
+    }
+    o.push_str("\nFindings\n");
+    if a.findings.is_empty() {
+        o.push_str("  none\n");
+    }
+    for f in &a.findings {
+        let fi = &f.finding;
+        o.push_str(&format!(
+            "\n  [{}] {} (confidence: {})\n",
+            fi.id,
+            fi.title,
+            confidence(fi.confidence)
+        ));
+        o.push_str(&format!("    bottleneck:   {}\n", fi.bottleneck));
+        o.push_str("    evidence:\n");
+        let rows: Vec<Vec<String>> = fi
+            .evidence
+            .iter()
+            .map(|e| {
+                vec![
+                    e.metric.clone(),
+                    fmt_value(e.value, &e.unit),
+                    e.note.clone(),
+                ]
+            })
+            .collect();
+        o.push_str(&table(&rows, "      "));
+        o.push_str(&format!("    first action: {}\n", fi.action));
+        o.push_str(&format!("    trade-off:    {}\n", fi.trade_off));
+        if !f.watch.is_empty() {
+            o.push_str(&format!("    watch:        {}\n", f.watch.join(", ")));
+        }
+    }
+    if !a.notes.is_empty() {
+        o.push_str("\nNotes\n");
+        for n in &a.notes {
+            o.push_str(&format!("  - {n}\n"));
+        }
+    }
+    o
+}
+
+fn confidence(c: headroom_core::Confidence) -> &'static str {
+    match c {
+        headroom_core::Confidence::Low => "low",
+        headroom_core::Confidence::Medium => "medium",
+        headroom_core::Confidence::High => "high",
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// Markdown: the same sections as [`terminal`], with tables for objectives, figures and
+/// evidence.
+pub fn markdown(d: &Diagnosis) -> String {
+    let a = &d.assessment;
+    let mut o = String::from("# Headroom diagnosis\n\n");
+    o.push_str(&format!("{}\n\n", esc(&header_line(d))));
+    o.push_str(&format!("**Verdict: {}**\n\n", a.verdict.as_str()));
+    if !a.refused.is_empty() {
+        o.push_str("Verdict refused, the evidence is not valid:\n\n");
+        for r in &a.refused {
+            o.push_str(&format!("- {}\n", esc(r)));
+        }
+        o.push('\n');
+    }
+    o.push_str("## Objectives\n\n| objective | observed | verdict | samples | reason |\n|---|---:|---|---:|---|\n");
+    for ob in &a.objectives {
+        o.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            esc(&ob.description),
+            ob.observed
+                .map(|v| fmt_objective(&ob.id, v))
+                .unwrap_or_else(|| "n/a".into()),
+            ob.verdict.as_str(),
+            ob.samples,
+            esc(&ob.reason)
+        ));
+    }
+    for s in &a.steps {
+        o.push_str(&format!("\n## {}. {}\n\n", s.number, esc(&s.title)));
+        if !s.figures.is_empty() {
+            o.push_str("| figure | value | source |\n|---|---:|---|\n");
+            for f in &s.figures {
+                o.push_str(&format!(
+                    "| {} | {} | {} |\n",
+                    esc(&f.name),
+                    fmt_value(f.value, &f.unit),
+                    esc(&f.source)
+                ));
+            }
+            o.push('\n');
+        }
+        for r in &s.remarks {
+            o.push_str(&format!("- {}\n", esc(r)));
+        }
+        if s.figures.is_empty() && s.remarks.is_empty() {
+            o.push_str("No data.\n");
+        }
+    }
+    o.push_str("\n## Findings\n\n");
+    if a.findings.is_empty() {
+        o.push_str("None.\n");
+    }
+    for f in &a.findings {
+        let fi = &f.finding;
+        o.push_str(&format!(
+            "### `{}`: {}\n\nConfidence: {}. Bottleneck: {}\n\n",
+            fi.id,
+            esc(&fi.title),
+            confidence(fi.confidence),
+            esc(&fi.bottleneck)
+        ));
+        if !fi.evidence.is_empty() {
+            o.push_str("| evidence | value | note |\n|---|---:|---|\n");
+            for e in &fi.evidence {
+                o.push_str(&format!(
+                    "| `{}` | {} | {} |\n",
+                    esc(&e.metric),
+                    fmt_value(e.value, &e.unit),
+                    esc(&e.note)
+                ));
+            }
+            o.push('\n');
+        }
+        o.push_str(&format!(
+            "- **First action:** {}\n- **Trade-off:** {}\n",
+            esc(&fi.action),
+            esc(&fi.trade_off)
+        ));
+        if !f.watch.is_empty() {
+            let w: Vec<String> = f.watch.iter().map(|m| format!("`{}`", esc(m))).collect();
+            o.push_str(&format!("- **Watch:** {}\n", w.join(", ")));
+        }
+        o.push('\n');
+    }
+    if !a.notes.is_empty() {
+        o.push_str("## Notes\n\n");
+        for n in &a.notes {
+            o.push_str(&format!("- {}\n", esc(n)));
+        }
+    }
+    o
+}
+
+/// JSON (pretty-printed, see the module docs for the shape): one object for one window, an
+/// array for several.
+///
+/// # Errors
+/// Serialisation errors from `serde_json` (none occur for finite figures; non-finite ones are
+/// written as `null`).
+pub fn json(ds: &[Diagnosis]) -> Result<String, serde_json::Error> {
+    match ds {
+        [one] => serde_json::to_string_pretty(one),
+        many => serde_json::to_string_pretty(many),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_core::Verdict;
+    use headroom_core::run::ObjectiveResult;
+    use headroom_core::verdict::{Confidence, Evidence, Finding};
+    use headroom_diagnose::{Category, Figure, RuledFinding, Step};
+
+    fn diagnosis() -> Diagnosis {
+        Diagnosis {
+            source: DiagnosisSource {
+                kind: "files".into(),
+                location: "a.prom".into(),
+                level: None,
+                engine: "vllm".into(),
+                engine_version: None,
+                start_unix_s: Some(100.0),
+                end_unix_s: 130.0,
+                duration_s: Some(30.0),
+                scrapes: 2,
+                since_server_start: false,
+                gpus: 0,
+            },
+            class: "*".into(),
+            assessment: Assessment {
+                verdict: Verdict::Fail,
+                refused: vec![],
+                objectives: vec![ObjectiveResult {
+                    id: "ttft_p95".into(),
+                    description: "TTFT p95 < 300 ms".into(),
+                    threshold: 0.3,
+                    observed: Some(0.8125),
+                    verdict: Verdict::Fail,
+                    samples: 16,
+                    reason: "breached | badly".into(),
+                }],
+                steps: vec![Step {
+                    number: 1,
+                    title: "Where latency goes".into(),
+                    figures: vec![
+                        Figure {
+                            name: "queue_time_mean_s".into(),
+                            value: 1.074,
+                            unit: "s".into(),
+                            source: "vllm:request_queue_time_seconds".into(),
+                        },
+                        Figure {
+                            name: "queue_share_of_ttft".into(),
+                            value: 0.9,
+                            unit: "ratio".into(),
+                            source: "derived".into(),
+                        },
+                    ],
+                    remarks: vec!["queueing dominates".into()],
+                }],
+                findings: vec![RuledFinding {
+                    finding: Finding {
+                        id: "admission_saturation".into(),
+                        title: "Admission saturation".into(),
+                        bottleneck: "the scheduler".into(),
+                        action: "raise --max-num-seqs".into(),
+                        trade_off: "higher ITL".into(),
+                        evidence: vec![Evidence {
+                            metric: "vllm:num_requests_waiting".into(),
+                            value: 12.0,
+                            unit: "requests".into(),
+                            note: "max".into(),
+                        }],
+                        confidence: Confidence::High,
+                    },
+                    category: Category::Bottleneck,
+                    watch: vec!["vllm:num_requests_waiting".into()],
+                }],
+                notes: vec!["vllm 0.32".into()],
+            },
+        }
+    }
+
+    #[test]
+    fn values_by_unit() {
+        assert_eq!(fmt_value(0.8125, "s"), "812 ms");
+        assert_eq!(fmt_value(0.9, "ratio"), "90 %");
+        assert_eq!(fmt_value(12.0, "requests"), "12 requests");
+        assert_eq!(fmt_value(3072.0, ""), "3072");
+    }
+
+    #[test]
+    fn terminal_aligns_columns_and_shows_every_section() {
+        let t = terminal(&diagnosis());
+        assert!(t.contains("Verdict: FAIL\n"), "{t}");
+        assert!(t.contains("window 30 s, 2 scrape(s)"), "{t}");
+        // the two figure rows of step 1 are aligned on the value column
+        let l1 = t.lines().find(|l| l.contains("queue_time_mean_s")).unwrap();
+        let l2 = t
+            .lines()
+            .find(|l| l.contains("queue_share_of_ttft"))
+            .unwrap();
+        assert_eq!(l1.find("1.07 s"), l2.find("90 %"), "{t}");
+        assert!(t.contains("[admission_saturation] Admission saturation (confidence: high)"));
+        assert!(t.contains("first action: raise --max-num-seqs"));
+        assert!(t.contains("trade-off:    higher ITL"));
+        assert!(t.contains("812 ms"));
+        assert!(t.contains("  - vllm 0.32"));
+    }
+
+    #[test]
+    fn markdown_escapes_pipes() {
+        let m = markdown(&diagnosis());
+        assert!(m.contains("breached \\| badly"), "{m}");
+        assert!(m.contains("### `admission_saturation`: Admission saturation"));
+        assert!(m.contains("| `vllm:num_requests_waiting` | 12 requests | max |"));
+    }
+
+    #[test]
+    fn json_flattens_the_assessment() {
+        let v: serde_json::Value = serde_json::from_str(&json(&[diagnosis()]).unwrap()).unwrap();
+        assert_eq!(v["verdict"], "FAIL");
+        assert_eq!(v["findings"][0]["id"], "admission_saturation");
+        assert_eq!(v["findings"][0]["category"], "bottleneck");
+        assert_eq!(v["findings"][0]["confidence"], "high");
+        assert_eq!(v["source"]["engine"], "vllm");
+        assert_eq!(v["objectives"][0]["verdict"], "FAIL");
+        let two: serde_json::Value =
+            serde_json::from_str(&json(&[diagnosis(), diagnosis()]).unwrap()).unwrap();
+        assert_eq!(two.as_array().map(Vec::len), Some(2));
+    }
+}
