@@ -1,7 +1,9 @@
 //! The `headroom` binary: argument parsing and wiring only. Each subcommand lives in its own
 //! module and calls into the library crates.
 
+mod diagnose_cmd;
 mod sim_cmd;
+mod slo_cmd;
 mod sweep_cmd;
 
 use clap::{Parser, Subcommand};
@@ -21,6 +23,13 @@ enum Command {
     Sweep(sweep_cmd::SweepArgs),
     /// Serve the vLLM-compatible engine twin (no GPU needed).
     Sim(sim_cmd::SimArgs),
+    /// Judge a live server, a Prometheus range or saved scrapes against the SLO: the six-step
+    /// analysis, findings with stable ids, a verdict per objective. Exit 0 when rendered, 1 with
+    /// --fail-on-breach when a verdict is FAIL, 2 on bad input.
+    Diagnose(diagnose_cmd::DiagnoseArgs),
+    /// Rules, burn-rate alerts, dashboard, autoscaling trigger, error budget and OpenSLO import
+    /// from one slo.yaml.
+    Slo(slo_cmd::SloArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +49,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Sim(a) => sim_cmd::run(a).await.map(|()| 0),
             Command::Sweep(a) => sweep_cmd::run(a, argv).await,
+            Command::Diagnose(a) => diagnose_cmd::run(a).await,
+            Command::Slo(a) => slo_cmd::run(a).await,
         }
     });
     match result {

@@ -1,0 +1,355 @@
+//! `headroom diagnose`: read a live server, a Prometheus range or saved scrapes, judge the window
+//! against the SLO, print the six-step analysis. Wiring only: sources are
+//! `headroom_signals::source` / `::promql`, the judgement is `headroom_diagnose::assess`, the
+//! output is `headroom_report::diagnosis`.
+//!
+//! Exit status: 0 when the analysis was rendered, whatever the verdict; 1 with
+//! `--fail-on-breach` when any window's verdict is FAIL; 2 on bad input (unreachable endpoint,
+//! not a metrics body, no engine metrics, no data in the range, a bad SLO file or flag).
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, ValueEnum};
+use headroom_core::Verdict;
+use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, SloSpec, parse_duration_s};
+use headroom_report::diagnosis::{self, Diagnosis, DiagnosisSource};
+use headroom_signals::adapter::{Instance, instances};
+use headroom_signals::promql::{PromClient, parse_range, window_from_prometheus};
+use headroom_signals::source::{Loaded, load_files, load_run_dir, poll};
+use headroom_signals::{Scrape, Selection, Window, WindowOptions};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Output formats of `headroom diagnose`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Plain aligned text.
+    Terminal,
+    /// Markdown with tables.
+    Markdown,
+    /// JSON; each finding carries its stable `id`.
+    Json,
+}
+
+/// Arguments of `headroom diagnose`. Exactly one source: `--url`, `--prometheus` or `--from`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["url", "prometheus", "from"])))]
+pub struct DiagnoseArgs {
+    /// Engine metrics URL to poll (e.g. http://127.0.0.1:8000/metrics).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// dcgm-exporter metrics URL polled alongside --url (e.g. http://127.0.0.1:9400/metrics).
+    #[arg(long, requires = "url")]
+    pub dcgm: Option<String>,
+    /// Seconds between scrapes with --url (`5s`, `500ms`).
+    #[arg(long, default_value = "5s")]
+    pub interval: String,
+    /// Length of the live window with --url (`30s`, `2m`); `0s` takes one scrape, read as
+    /// everything since the server started.
+    #[arg(long, default_value = "30s")]
+    pub duration: String,
+    /// Timeout of each scrape or Prometheus query.
+    #[arg(long, default_value = "10s")]
+    pub timeout: String,
+    /// Prometheus-compatible base URL (Prometheus, Thanos, Mimir, VictoriaMetrics).
+    #[arg(long)]
+    pub prometheus: Option<String>,
+    /// Range read from --prometheus, ending at --end (`30m`, `1h30m`).
+    #[arg(long, default_value = "30m")]
+    pub range: String,
+    /// End of the --prometheus range, Unix seconds (default: now).
+    #[arg(long, requires = "prometheus")]
+    pub end: Option<f64>,
+    /// Keep only series with this label value: `model_name=NAME` (alias `model=NAME`) or
+    /// `engine=INDEX`; repeatable. Without it every series is summed.
+    #[arg(long, value_name = "LABEL=VALUE")]
+    pub selector: Vec<String>,
+    /// Saved scrape files in time order (each optionally `FILE@unix_seconds`; one engine file
+    /// alone means everything since the server started; dcgm-exporter files are recognised),
+    /// or one sweep run directory. Repeatable.
+    #[arg(long, value_name = "FILE[@unix_s]|RUN_DIR")]
+    pub from: Vec<String>,
+    /// With --from RUN_DIR: the level index to diagnose (default: every level).
+    #[arg(long)]
+    pub level: Option<u32>,
+    /// SLO file (default: the built-in SLO, `headroom sweep --print-defaults`).
+    #[arg(long)]
+    pub slo: Option<PathBuf>,
+    /// Request class whose objectives apply (its own entry merged over `"*"`).
+    #[arg(long, default_value = "*")]
+    pub class: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Terminal)]
+    pub format: Format,
+    /// Exit with status 1 when any verdict is FAIL (still 0 for PASS and INCONCLUSIVE).
+    #[arg(long)]
+    pub fail_on_breach: bool,
+}
+
+/// A window with where it came from, before judgement.
+struct Read {
+    window: Window,
+    kind: &'static str,
+    location: String,
+    level: Option<u32>,
+}
+
+fn duration_flag(name: &str, v: &str) -> Result<Duration> {
+    // `0`, `0s`, `0ms`: zero (one scrape for --duration)
+    if v.trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .parse::<f64>()
+        == Ok(0.0)
+    {
+        return Ok(Duration::ZERO);
+    }
+    let s = parse_duration_s(v).map_err(|e| anyhow!("--{name} {v:?}: {e}"))?;
+    Duration::try_from_secs_f64(s).map_err(|e| anyhow!("--{name} {v:?}: {e}"))
+}
+
+fn selection(args: &[String]) -> Result<Selection> {
+    let mut sel = Selection::default();
+    for a in args {
+        let Some((k, v)) = a.split_once('=') else {
+            bail!("--selector {a:?}: expected LABEL=VALUE, e.g. model_name=qwen or engine=0");
+        };
+        let v = v.trim_matches('"').to_owned();
+        match k.trim() {
+            "model_name" | "model" => sel.model_name = Some(v),
+            "engine" => sel.engine = Some(v),
+            other => bail!(
+                "--selector {a:?}: label `{other}` is not supported; use model_name (alias model) or engine"
+            ),
+        }
+    }
+    Ok(sel)
+}
+
+fn load_slo(path: Option<&Path>, class: &str) -> Result<SloSpec> {
+    let file = match path {
+        Some(p) => SloFile::load(p).map_err(|e| anyhow!("{e}"))?,
+        None => SloFile::parse(DEFAULT_SLO_YAML, Path::new("built-in slo.yaml"))
+            .map_err(|e| anyhow!("{e}"))?,
+    };
+    if class != "*" && !file.objectives.contains_key(class) && !file.objectives.contains_key("*") {
+        let known: Vec<&str> = file.objectives.keys().map(String::as_str).collect();
+        bail!(
+            "--class {class:?}: {} defines no such class and no \"*\" default; it defines {}",
+            path.map(|p| p.display().to_string())
+                .unwrap_or_else(|| "the built-in SLO".into()),
+            known.join(", ")
+        );
+    }
+    Ok(file.spec_for(class))
+}
+
+/// Refuses a `--selector` that keeps none of the scrape's model × engine instances: the window
+/// would otherwise hold only the label-less series (HTTP counts of every model), figures that
+/// look valid and describe something else.
+fn check_selection(last: &Scrape, sel: &Selection) -> Result<()> {
+    if *sel == Selection::default() {
+        return Ok(());
+    }
+    let found = instances(&last.exposition);
+    let keep = |i: &Instance| {
+        sel.model_name
+            .as_ref()
+            .is_none_or(|m| i.model_name.as_ref() == Some(m))
+            && sel
+                .engine
+                .as_ref()
+                .is_none_or(|e| i.engine.as_ref() == Some(e))
+    };
+    if found.is_empty() || found.iter().any(keep) {
+        return Ok(());
+    }
+    let have: Vec<String> = found
+        .iter()
+        .map(|i| {
+            format!(
+                "model_name={} engine={}",
+                i.model_name.as_deref().unwrap_or("(none)"),
+                i.engine.as_deref().unwrap_or("(none)")
+            )
+        })
+        .collect();
+    bail!(
+        "{}: --selector keeps no engine series; the scrape has {}",
+        last.source,
+        have.join("; ")
+    )
+}
+
+fn window_of(engine: &[Scrape], dcgm: &[Scrape], sel: &Selection) -> Result<Window> {
+    if let Some(last) = engine.last() {
+        check_selection(last, sel)?;
+    }
+    let opts = WindowOptions {
+        selection: sel.clone(),
+        ..WindowOptions::default()
+    };
+    Ok(Window::from_scrapes(engine, dcgm, &opts)?)
+}
+
+async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
+    let timeout = duration_flag("timeout", &a.timeout)?;
+    if let Some(url) = &a.url {
+        let interval = duration_flag("interval", &a.interval)?;
+        let duration = duration_flag("duration", &a.duration)?;
+        if interval.is_zero() {
+            bail!("--interval {:?}: must be above zero", a.interval);
+        }
+        eprintln!(
+            "headroom diagnose: polling {url}{} every {} for {} …",
+            a.dcgm
+                .as_deref()
+                .map(|d| format!(" and {d}"))
+                .unwrap_or_default(),
+            a.interval,
+            a.duration
+        );
+        let p = poll(url, a.dcgm.as_deref(), interval, duration, timeout).await?;
+        for f in &p.failures {
+            eprintln!("warning: a scrape failed and was left out: {f}");
+        }
+        let location = match &a.dcgm {
+            Some(d) => format!("{url} + {d}"),
+            None => url.clone(),
+        };
+        return Ok(vec![Read {
+            window: window_of(&p.engine, &p.dcgm, sel)?,
+            kind: "url",
+            location,
+            level: None,
+        }]);
+    }
+    if let Some(base) = &a.prometheus {
+        let range_s = parse_range(&a.range).map_err(|e| anyhow!("--range: {e}"))?;
+        let end = match a.end {
+            Some(e) if e.is_finite() && e > 0.0 => e,
+            Some(e) => bail!("--end {e}: expected Unix seconds"),
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+        };
+        let client = PromClient::new(base, timeout)?;
+        let window = window_from_prometheus(&client, range_s, end, sel, None).await?;
+        return Ok(vec![Read {
+            window,
+            kind: "prometheus",
+            location: format!("{base} [{}]", a.range),
+            level: None,
+        }]);
+    }
+    // --from: one run directory, or scrape files
+    if let [one] = a.from.as_slice()
+        && Path::new(one).is_dir()
+    {
+        let mut levels = load_run_dir(Path::new(one))?;
+        let chosen: Vec<(u32, Loaded)> = match a.level {
+            Some(l) => match levels.remove(&l) {
+                Some(x) => vec![(l, x)],
+                None => {
+                    let have: Vec<String> = levels.keys().map(u32::to_string).collect();
+                    bail!(
+                        "--level {l}: {one} has no scrapes for that level; it has levels {}",
+                        have.join(", ")
+                    )
+                }
+            },
+            None => levels.into_iter().collect(),
+        };
+        let mut out = Vec::new();
+        for (level, l) in chosen {
+            if l.engine.is_empty() {
+                eprintln!("warning: {one} level {level}: only dcgm-exporter scrapes; skipped");
+                continue;
+            }
+            let window = window_of(&l.engine, &l.dcgm, sel)
+                .with_context(|| format!("{one} level {level}"))?;
+            out.push(Read {
+                window,
+                kind: "run_dir",
+                location: one.clone(),
+                level: Some(level),
+            });
+        }
+        if out.is_empty() {
+            bail!("{one}: no level has an engine scrape");
+        }
+        return Ok(out);
+    }
+    if a.level.is_some() {
+        bail!("--level applies to --from RUN_DIR (a sweep run directory) only");
+    }
+    for f in &a.from {
+        if Path::new(f).is_dir() {
+            bail!(
+                "--from {f}: a run directory must be the only --from; give scrape files or one directory"
+            );
+        }
+    }
+    let loaded = load_files(&a.from)?;
+    Ok(vec![Read {
+        window: window_of(&loaded.engine, &loaded.dcgm, sel)?,
+        kind: "files",
+        location: a.from.join(", "),
+        level: None,
+    }])
+}
+
+fn source_of(r: &Read) -> DiagnosisSource {
+    let w = &r.window;
+    DiagnosisSource {
+        kind: r.kind.to_owned(),
+        location: r.location.clone(),
+        level: r.level,
+        engine: w.engine.name().to_owned(),
+        engine_version: w.version_hint.clone(),
+        start_unix_s: w.start_unix_s,
+        end_unix_s: w.end_unix_s,
+        duration_s: w.duration_s(),
+        scrapes: w.scrapes,
+        since_server_start: w.since_server_start,
+        gpus: w.gpus.len(),
+    }
+}
+
+/// Runs `headroom diagnose`; returns the exit status (see the module docs).
+///
+/// # Errors
+/// Bad input, each message naming the file, URL or flag (the caller exits with status 2).
+pub async fn run(a: DiagnoseArgs) -> Result<i32> {
+    let sel = selection(&a.selector)?;
+    let spec = load_slo(a.slo.as_deref(), &a.class)?;
+    let reads = read_windows(&a, &sel).await?;
+    let mut ds = Vec::new();
+    for r in &reads {
+        for reset in &r.window.counter_resets {
+            eprintln!(
+                "warning: {reset}; the increase counts the values before and after the reset, as PromQL increase() does"
+            );
+        }
+        ds.push(Diagnosis {
+            source: source_of(r),
+            class: a.class.clone(),
+            assessment: headroom_diagnose::assess(&r.window, None, &spec),
+        });
+    }
+    let text = match a.format {
+        Format::Json => diagnosis::json(&ds)? + "\n",
+        Format::Terminal => ds
+            .iter()
+            .map(diagnosis::terminal)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Format::Markdown => ds
+            .iter()
+            .map(diagnosis::markdown)
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    print!("{text}");
+    let failed = ds.iter().any(|d| d.assessment.verdict == Verdict::Fail);
+    Ok(if a.fail_on_breach && failed { 1 } else { 0 })
+}

@@ -1,0 +1,424 @@
+//! `headroom slo rules|dashboard|autoscale|budget|import`: everything an SRE who owns alerts
+//! needs, from one `slo.yaml`. Wiring only: each subcommand fills the options of the matching
+//! `headroom_slo` generator, writes its text to stdout (or `--out FILE`) and its warnings to
+//! stderr. Errors name the SLO file and the field (`objectives.chat.ttft.p95`); the process then
+//! exits with status 2.
+
+use anyhow::{Context, Result, anyhow};
+use clap::{Args, Subcommand, ValueEnum};
+use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, parse_duration_s, parse_ratio};
+use headroom_slo::promql::Matcher;
+use headroom_slo::rules::QueueAlert;
+use headroom_slo::sli::SliOptions;
+use headroom_slo::{
+    AutoscaleOptions, BudgetOptions, DashboardOptions, DeadTiers, ImportOptions, LatencySource,
+    OffBucket, Rendered, RulesOptions, Selectors, SloError,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Arguments of `headroom slo`.
+#[derive(Debug, Args)]
+pub struct SloArgs {
+    #[command(subcommand)]
+    command: SloCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum SloCommand {
+    /// Prometheus recording rules and multi-window, multi-burn-rate alerts per class (passes
+    /// `promtool check rules`).
+    Rules(RulesArgs),
+    /// Grafana dashboard JSON, one row per analysis step.
+    Dashboard(DashboardArgs),
+    /// KEDA ScaledObject, HPA example and prometheus-adapter rules on KV-cache use and waiting
+    /// requests (never GPU utilisation).
+    Autoscale(AutoscaleArgs),
+    /// Error-budget status per class and objective, read from a Prometheus server.
+    Budget(BudgetArgs),
+    /// Convert an OpenSLO v1 document into a Headroom slo.yaml.
+    Import(ImportArgs),
+}
+
+/// Where the SLO comes from and where the output goes.
+#[derive(Debug, Args)]
+struct IoArgs {
+    /// SLO file (default: the built-in SLO, `headroom sweep --print-defaults`).
+    #[arg(long)]
+    slo: Option<PathBuf>,
+    /// Write the output to this file instead of stdout.
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum SourceArg {
+    /// vLLM's own histograms; thresholds must be vLLM bucket bounds.
+    Vllm,
+    /// The Headroom gateway's histograms (buckets at every SLO threshold).
+    Gateway,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OffBucketArg {
+    /// Refuse, naming the objective and the nearest bucket bounds.
+    Refuse,
+    /// Use the next bound above (a looser objective) and warn.
+    SnapUp,
+    /// Use the next bound below (a stricter objective) and warn.
+    SnapDown,
+}
+
+/// How classes map to series (shared by rules, autoscale and budget).
+#[derive(Debug, Args)]
+struct SliArgs {
+    /// Only this class (repeatable; default: every class of the SLO file).
+    #[arg(long = "class")]
+    classes: Vec<String>,
+    /// Label carrying the class on engine series (vLLM: `model_name`, the served model name).
+    #[arg(long, default_value = "model_name")]
+    class_label: String,
+    /// Matcher added to every engine selector, e.g. `job="vllm"` (repeatable).
+    #[arg(long = "match", value_name = "MATCHER")]
+    matchers: Vec<String>,
+    /// Histograms latency SLIs are computed from.
+    #[arg(long, value_enum, default_value = "vllm")]
+    latency_source: SourceArg,
+    /// What to do with a latency threshold that is not a bucket bound.
+    #[arg(long, value_enum, default_value = "refuse")]
+    off_bucket: OffBucketArg,
+    /// Leave HTTP 5xx (`http_requests_total`) out of the error SLI.
+    #[arg(long)]
+    no_http_errors: bool,
+}
+
+impl SliArgs {
+    fn options(&self) -> Result<SliOptions> {
+        let common = self
+            .matchers
+            .iter()
+            .map(|m| Matcher::parse(m).map_err(|e| anyhow!("--match {e}")))
+            .collect::<Result<Vec<_>>>()?;
+        let mut selectors = Selectors {
+            class_label: self.class_label.clone(),
+            common,
+            ..Selectors::default()
+        };
+        if self.no_http_errors {
+            selectors.http = None;
+        }
+        Ok(SliOptions {
+            selectors,
+            latency_source: match self.latency_source {
+                SourceArg::Vllm => LatencySource::Vllm,
+                SourceArg::Gateway => LatencySource::Gateway,
+            },
+            off_bucket: match self.off_bucket {
+                OffBucketArg::Refuse => OffBucket::Refuse,
+                OffBucketArg::SnapUp => OffBucket::SnapUp,
+                OffBucketArg::SnapDown => OffBucket::SnapDown,
+            },
+            classes: (!self.classes.is_empty()).then(|| self.classes.clone()),
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+struct RulesArgs {
+    #[command(flatten)]
+    io: IoArgs,
+    #[command(flatten)]
+    sli: SliArgs,
+    /// Refuse (instead of skipping with a warning) when a burn-rate tier can never fire
+    /// (factor × (1 − target) > 1).
+    #[arg(long)]
+    refuse_dead_tiers: bool,
+    /// Mean queue-time threshold of the queue alert for classes without a queue_time objective.
+    #[arg(long, default_value = "100ms")]
+    queue_alert_mean: String,
+    /// `for:` of the queue alert.
+    #[arg(long, default_value = "5m")]
+    queue_alert_for: String,
+    /// Leave the queue-time alert out.
+    #[arg(long)]
+    no_queue_alert: bool,
+    /// `for:` of the alert on a missing SLI series.
+    #[arg(long, default_value = "15m")]
+    absent_for: String,
+    /// Leave the missing-series alert out.
+    #[arg(long)]
+    no_absent_alert: bool,
+    /// Label added to every rule, `NAME=VALUE` (repeatable), e.g. `team=inference`.
+    #[arg(long = "label", value_name = "NAME=VALUE")]
+    labels: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct DashboardArgs {
+    #[command(flatten)]
+    io: IoArgs,
+    /// Dashboard title.
+    #[arg(long)]
+    title: Option<String>,
+    /// Stable dashboard uid (Grafana URL path).
+    #[arg(long)]
+    uid: Option<String>,
+    /// Label carrying the model on vLLM series.
+    #[arg(long, default_value = "model_name")]
+    class_label: String,
+}
+
+#[derive(Debug, Args)]
+struct AutoscaleArgs {
+    #[command(flatten)]
+    io: IoArgs,
+    /// Label carrying the class on engine series.
+    #[arg(long, default_value = "model_name")]
+    class_label: String,
+    /// Matcher added to every selector, e.g. `namespace="llm"` (repeatable).
+    #[arg(long = "match", value_name = "MATCHER")]
+    matchers: Vec<String>,
+    /// Class to scale (default: the SLO file's only class).
+    #[arg(long)]
+    class: Option<String>,
+    /// Deployment running the vLLM replicas.
+    #[arg(long, default_value = "vllm")]
+    deployment: String,
+    /// Namespace of the deployment.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Prometheus URL as seen from KEDA.
+    #[arg(long, default_value = "http://prometheus-operated.monitoring.svc:9090")]
+    prometheus_url: String,
+    /// Fewest replicas.
+    #[arg(long, default_value_t = 1)]
+    min_replicas: u32,
+    /// Most replicas.
+    #[arg(long, default_value_t = 8)]
+    max_replicas: u32,
+    /// Target mean KV-cache use per engine, in (0, 1) (`0.8` or `80%`).
+    #[arg(long, default_value = "0.8")]
+    kv_usage_target: String,
+    /// Target waiting requests per replica.
+    #[arg(long, default_value_t = 2.0)]
+    waiting_per_replica: f64,
+    /// vLLM engines (data-parallel ranks) per replica.
+    #[arg(long, default_value_t = 1)]
+    engines_per_replica: u32,
+    /// Averaging window of both signals (Prometheus duration).
+    #[arg(long, default_value = "2m")]
+    smoothing: String,
+    /// Seconds of stable lower recommendations before scaling down.
+    #[arg(long, default_value_t = 300)]
+    scale_down_stabilization_s: u32,
+}
+
+#[derive(Debug, Args)]
+struct BudgetArgs {
+    #[command(flatten)]
+    io: IoArgs,
+    #[command(flatten)]
+    sli: SliArgs,
+    /// Prometheus-compatible base URL.
+    #[arg(long)]
+    prometheus: String,
+    /// Evaluation time, Unix seconds (default: now).
+    #[arg(long)]
+    at: Option<f64>,
+    /// Timeout of each query.
+    #[arg(long, default_value = "30s")]
+    timeout: String,
+}
+
+#[derive(Debug, Args)]
+struct ImportArgs {
+    /// OpenSLO v1 YAML file (one or more documents).
+    file: PathBuf,
+    /// Write the slo.yaml to this file instead of stdout.
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+    /// Label carrying the class on engine series.
+    #[arg(long, default_value = "model_name")]
+    class_label: String,
+    /// Budget consumption past which tuning freezes (OpenSLO has no such field).
+    #[arg(long, default_value = "50%")]
+    freeze_at: String,
+}
+
+fn load_slo(path: Option<&Path>) -> Result<(SloFile, String)> {
+    match path {
+        Some(p) => Ok((
+            SloFile::load(p).map_err(|e| anyhow!("{e}"))?,
+            p.display().to_string(),
+        )),
+        None => Ok((
+            SloFile::parse(DEFAULT_SLO_YAML, Path::new("built-in slo.yaml"))
+                .map_err(|e| anyhow!("{e}"))?,
+            "built-in slo.yaml".to_owned(),
+        )),
+    }
+}
+
+/// Prefixes a generator error with the SLO file's name (the error names the field).
+fn named(origin: &str, e: SloError) -> anyhow::Error {
+    let hint = match &e {
+        SloError::Invalid { message, .. } if message.contains("not a bucket bound") => {
+            " (flags: --off-bucket snap-up|snap-down, or --latency-source gateway)"
+        }
+        _ => "",
+    };
+    anyhow!("{origin}: {e}{hint}")
+}
+
+fn emit(r: Rendered, out: Option<&Path>) -> Result<()> {
+    for w in &r.warnings {
+        eprintln!("warning: {w}");
+    }
+    match out {
+        Some(p) => headroom_report::write_atomic(p, r.text.as_bytes())
+            .with_context(|| format!("cannot write {}", p.display())),
+        None => {
+            print!("{}", r.text);
+            Ok(())
+        }
+    }
+}
+
+fn ratio_flag(name: &str, v: &str) -> Result<f64> {
+    parse_ratio(v).map_err(|e| anyhow!("--{name} {v:?}: {e}"))
+}
+
+/// Runs `headroom slo …`; returns the exit status (0).
+///
+/// # Errors
+/// A bad SLO file or flag, or a generator's refusal, naming the file and field; Prometheus
+/// errors naming the URL (the caller exits with status 2).
+pub async fn run(a: SloArgs) -> Result<i32> {
+    match a.command {
+        SloCommand::Rules(r) => {
+            let (slo, origin) = load_slo(r.io.slo.as_deref())?;
+            let mut labels = BTreeMap::new();
+            for l in &r.labels {
+                let (k, v) = l
+                    .split_once('=')
+                    .ok_or_else(|| anyhow!("--label {l:?}: expected NAME=VALUE"))?;
+                labels.insert(k.trim().to_owned(), v.trim().to_owned());
+            }
+            let queue_alert = if r.no_queue_alert {
+                None
+            } else {
+                Some(QueueAlert {
+                    default_mean_s: parse_duration_s(&r.queue_alert_mean)
+                        .map_err(|e| anyhow!("--queue-alert-mean {:?}: {e}", r.queue_alert_mean))?,
+                    for_: r.queue_alert_for.clone(),
+                })
+            };
+            let opts = RulesOptions {
+                sli: r.sli.options()?,
+                dead_tiers: if r.refuse_dead_tiers {
+                    DeadTiers::Refuse
+                } else {
+                    DeadTiers::Skip
+                },
+                queue_alert,
+                absent_for: (!r.no_absent_alert).then(|| r.absent_for.clone()),
+                labels,
+                ..RulesOptions::default()
+            };
+            let out = headroom_slo::rules(&slo, &opts).map_err(|e| named(&origin, e))?;
+            emit(out, r.io.out.as_deref())?;
+        }
+        SloCommand::Dashboard(d) => {
+            let (slo, origin) = load_slo(d.io.slo.as_deref())?;
+            let def = DashboardOptions::default();
+            let opts = DashboardOptions {
+                title: d.title.clone().unwrap_or(def.title),
+                uid: d.uid.clone().unwrap_or(def.uid),
+                class_label: d.class_label.clone(),
+            };
+            let out = headroom_slo::dashboard(&slo, &opts).map_err(|e| named(&origin, e))?;
+            emit(out, d.io.out.as_deref())?;
+        }
+        SloCommand::Autoscale(s) => {
+            let (slo, origin) = load_slo(s.io.slo.as_deref())?;
+            let common = s
+                .matchers
+                .iter()
+                .map(|m| Matcher::parse(m).map_err(|e| anyhow!("--match {e}")))
+                .collect::<Result<Vec<_>>>()?;
+            let opts = AutoscaleOptions {
+                class: s.class.clone(),
+                sli: SliOptions {
+                    selectors: Selectors {
+                        class_label: s.class_label.clone(),
+                        common,
+                        ..Selectors::default()
+                    },
+                    ..SliOptions::default()
+                },
+                deployment: s.deployment.clone(),
+                namespace: s.namespace.clone(),
+                prometheus_url: s.prometheus_url.clone(),
+                min_replicas: s.min_replicas,
+                max_replicas: s.max_replicas,
+                kv_usage_target: ratio_flag("kv-usage-target", &s.kv_usage_target)?,
+                waiting_per_replica: s.waiting_per_replica,
+                engines_per_replica: s.engines_per_replica,
+                smoothing: s.smoothing.clone(),
+                scale_down_stabilization_s: s.scale_down_stabilization_s,
+            };
+            let out = headroom_slo::autoscale(&slo, &opts).map_err(|e| named(&origin, e))?;
+            emit(out, s.io.out.as_deref())?;
+        }
+        SloCommand::Budget(b) => {
+            let (slo, origin) = load_slo(b.io.slo.as_deref())?;
+            let timeout = parse_duration_s(&b.timeout)
+                .ok()
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    anyhow!("--timeout {:?}: expected a duration such as 30s", b.timeout)
+                })?;
+            let opts = BudgetOptions {
+                sli: b.sli.options()?,
+                at: b.at,
+                timeout,
+                ..BudgetOptions::default()
+            };
+            let out = headroom_slo::budget_report(&b.prometheus, &slo, &opts)
+                .await
+                .map_err(|e| match e {
+                    e @ SloError::Prometheus { .. } => anyhow!("{e}"),
+                    e => named(&origin, e),
+                })?;
+            emit(out, b.io.out.as_deref())?;
+        }
+        SloCommand::Import(i) => {
+            let text = std::fs::read_to_string(&i.file)
+                .with_context(|| format!("cannot read {}", i.file.display()))?;
+            let opts = ImportOptions {
+                class_label: i.class_label.clone(),
+                freeze_at: ratio_flag("freeze-at", &i.freeze_at)?,
+            };
+            let (file, warnings) = headroom_slo::import_openslo(&text, &opts)
+                .map_err(|e| named(&i.file.display().to_string(), e))?;
+            let yaml = headroom_slo::to_slo_yaml(&file);
+            // The result must read back as an SLO file: check before handing it out.
+            SloFile::parse(&yaml, Path::new("imported slo.yaml")).map_err(|e| {
+                anyhow!(
+                    "{}: the converted SLO does not validate: {e}",
+                    i.file.display()
+                )
+            })?;
+            emit(
+                Rendered {
+                    text: yaml,
+                    warnings,
+                },
+                i.out.as_deref(),
+            )?;
+        }
+    }
+    Ok(0)
+}

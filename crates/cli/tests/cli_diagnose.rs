@@ -1,0 +1,518 @@
+//! `headroom diagnose` end to end: the binary on real vLLM 0.32 scrapes (copied from
+//! `shared/fixtures/vllm/` into `tests/fixtures/`, names kept), on a run directory, on bad input
+//! (each must exit 2 with a message naming the file or URL), and live against the engine twin.
+//!
+//! Expected figures are read off the fixture files by hand (line numbers cited).
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+const QUEUEING: &str = "v0.32-cpu-queueing-maxseqs4.prom";
+const KV: &str = "v0.32-cpu-kv-pressure-24blocks.prom";
+const DCGM: &str = "t4-loaded-no-help.prom";
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn headroom(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run the headroom binary")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            stdout(o),
+            stderr(o)
+        )
+    })
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    v["findings"]
+        .as_array()
+        .expect("findings array")
+        .iter()
+        .map(|f| f["id"].as_str().expect("finding id").to_owned())
+        .collect()
+}
+
+fn figure(v: &Value, step: usize, name: &str) -> f64 {
+    v["steps"][step - 1]["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap_or_else(|| panic!("no figure {name} in step {step}: {v}"))["value"]
+        .as_f64()
+        .unwrap()
+}
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn max_num_seqs_4_is_admission_saturation_in_json() {
+    let o = headroom(&["diagnose", "--from", &fixture(QUEUEING), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    let ids = ids(&v);
+    assert!(ids.contains(&"admission_saturation".to_owned()), "{ids:?}");
+    assert!(!ids.contains(&"kv_pressure".to_owned()), "{ids:?}");
+    assert_eq!(v["source"]["engine"], "vllm");
+    assert_eq!(v["source"]["kind"], "files");
+    // one file alone: everything since the server started
+    assert_eq!(v["source"]["since_server_start"], true);
+    assert_eq!(v["steps"].as_array().map(Vec::len), Some(6));
+    // fixture lines 159–160: request_success_total stop 0, length 16
+    assert_eq!(figure(&v, 4, "requests_finished"), 16.0);
+    // vllm:request_queue_time_seconds_sum 17.183870237000065 / _count 16
+    assert!((figure(&v, 1, "queue_time_mean_s") - 17.183870237000065 / 16.0).abs() < 1e-12);
+    // every finding carries its evidence, confidence, action and trade-off
+    for f in v["findings"].as_array().unwrap() {
+        assert!(!f["evidence"].as_array().unwrap().is_empty(), "{f}");
+        assert!(f["confidence"].is_string(), "{f}");
+        assert!(!f["action"].as_str().unwrap().is_empty(), "{f}");
+        assert!(!f["trade_off"].as_str().unwrap().is_empty(), "{f}");
+    }
+    // every objective has a verdict
+    for ob in v["objectives"].as_array().unwrap() {
+        assert!(
+            ["PASS", "FAIL", "INCONCLUSIVE"].contains(&ob["verdict"].as_str().unwrap()),
+            "{ob}"
+        );
+    }
+}
+
+#[test]
+fn gpu_blocks_24_is_kv_pressure_in_json() {
+    let o = headroom(&["diagnose", "--from", &fixture(KV), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    let ids = ids(&v);
+    assert!(ids.contains(&"kv_pressure".to_owned()), "{ids:?}");
+    assert!(!ids.contains(&"admission_saturation".to_owned()), "{ids:?}");
+    let kv = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "kv_pressure")
+        .unwrap();
+    // fixture line 111: vllm:num_preemptions_total 50.0
+    let pre = kv["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["metric"] == "vllm:num_preemptions_total")
+        .unwrap();
+    assert_eq!(pre["value"], 50.0);
+    assert_eq!(figure(&v, 4, "requests_finished"), 80.0);
+}
+
+/// TTFT buckets of the queueing fixture: 12 of 16 observations above 0.5 s, so `ttft: {p50:
+/// 500ms}` fails; 0.5 s is a bucket bound, so the verdict is exact.
+const FAILING_SLO: &str = "objectives:\n  \"*\":\n    ttft: {p50: 500ms}\n";
+
+#[test]
+fn verdicts_and_exit_codes() {
+    let dir = tempdir();
+    let slo = write(dir.path(), "slo.yaml", FAILING_SLO);
+    let slo = slo.to_str().unwrap();
+    let q = fixture(QUEUEING);
+    let o = headroom(&["diagnose", "--from", &q, "--slo", slo, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "any verdict renders with 0");
+    let v = json(&o);
+    assert_eq!(v["verdict"], "FAIL");
+    assert_eq!(v["objectives"][0]["id"], "ttft_p50");
+    assert_eq!(v["objectives"][0]["verdict"], "FAIL");
+    assert_eq!(v["objectives"][0]["samples"], 16);
+    let o = headroom(&["diagnose", "--from", &q, "--slo", slo, "--fail-on-breach"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).contains("Verdict: FAIL"));
+    // an unknown class without a "*" default
+    let only = write(
+        dir.path(),
+        "only.yaml",
+        "objectives:\n  chat:\n    ttft: {p50: 500ms}\n",
+    );
+    let o = headroom(&[
+        "diagnose",
+        "--from",
+        &q,
+        "--slo",
+        only.to_str().unwrap(),
+        "--class",
+        "batch",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("\"batch\""), "{}", stderr(&o));
+    assert!(stderr(&o).contains("chat"), "{}", stderr(&o));
+}
+
+#[test]
+fn terminal_and_markdown_show_the_six_steps_and_findings() {
+    let o = headroom(&["diagnose", "--from", &fixture(QUEUEING)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t = stdout(&o);
+    for n in 1..=6 {
+        assert!(t.contains(&format!("\n{n}. ")), "step {n} missing:\n{t}");
+    }
+    assert!(t.contains("[admission_saturation]"), "{t}");
+    assert!(t.contains("first action:"), "{t}");
+    assert!(t.contains("trade-off:"), "{t}");
+    assert!(t.contains("Verdict: "), "{t}");
+    let o = headroom(&["diagnose", "--from", &fixture(KV), "--format", "markdown"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let m = stdout(&o);
+    assert!(m.starts_with("# Headroom diagnosis"), "{m}");
+    assert!(m.contains("### `kv_pressure`"), "{m}");
+    assert!(m.contains("## 6. "), "{m}");
+}
+
+#[test]
+fn engine_and_dcgm_files_together() {
+    let o = headroom(&[
+        "diagnose",
+        "--from",
+        &fixture(QUEUEING),
+        "--from",
+        &fixture(DCGM),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["source"]["engine"], "vllm");
+    assert!(
+        v["source"]["gpus"].as_u64().unwrap() >= 1,
+        "{}",
+        v["source"]
+    );
+}
+
+#[test]
+fn counter_reset_mid_window_is_reported_and_counted_like_prometheus() {
+    // KV fixture (80 finished) then the queueing fixture (16 finished): the counter went down,
+    // so the server restarted; Prometheus' increase() counts the post-reset value: 16.
+    let o = headroom(&[
+        "diagnose",
+        "--from",
+        &format!("{}@1000", fixture(KV)),
+        "--from",
+        &format!("{}@1010", fixture(QUEUEING)),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("reset"), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["source"]["duration_s"], 10.0);
+    assert_eq!(figure(&v, 4, "requests_finished"), 16.0);
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("reset"), "{notes}");
+}
+
+#[test]
+fn run_directory_per_level_or_all() {
+    let dir = tempdir();
+    let scrapes = dir.path().join("scrapes");
+    std::fs::create_dir(&scrapes).unwrap();
+    std::fs::copy(
+        fixture(QUEUEING),
+        scrapes.join("L000-0000-engine@1767000000.000.prom"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixture(KV),
+        scrapes.join("L001-0000-engine@1767000100.000.prom"),
+    )
+    .unwrap();
+    let d = dir.path().to_str().unwrap();
+    let o = headroom(&["diagnose", "--from", d, "--level", "1", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["source"]["level"], 1);
+    assert_eq!(v["source"]["kind"], "run_dir");
+    assert!(ids(&v).contains(&"kv_pressure".to_owned()));
+    let o = headroom(&["diagnose", "--from", d, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let all = json(&o);
+    let all = all.as_array().expect("an array for several levels");
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0]["source"]["level"], 0);
+    assert!(ids(&all[0]).contains(&"admission_saturation".to_owned()));
+    let o = headroom(&["diagnose", "--from", d, "--level", "7"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("levels 0, 1"), "{}", stderr(&o));
+}
+
+fn assert_bad(o: &Output, needles: &[&str]) {
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(o),
+        stderr(o)
+    );
+    assert!(
+        stdout(o).is_empty(),
+        "no report on bad input: {}",
+        stdout(o)
+    );
+    let e = stderr(o);
+    for n in needles {
+        assert!(e.contains(n), "`{n}` not in: {e}");
+    }
+}
+
+#[test]
+fn bad_files_exit_2_naming_the_file() {
+    let dir = tempdir();
+    let missing = dir.path().join("nope.prom");
+    let missing = missing.to_str().unwrap();
+    assert_bad(&headroom(&["diagnose", "--from", missing]), &[missing]);
+
+    let html = write(
+        dir.path(),
+        "page.prom",
+        "<!DOCTYPE html>\n<html><body>Login</body></html>\n",
+    );
+    let html = html.to_str().unwrap();
+    assert_bad(&headroom(&["diagnose", "--from", html]), &[html]);
+
+    let other = write(
+        dir.path(),
+        "node.prom",
+        "# TYPE node_cpu_seconds_total counter\nnode_cpu_seconds_total{cpu=\"0\"} 12.5\n",
+    );
+    let other = other.to_str().unwrap();
+    assert_bad(&headroom(&["diagnose", "--from", other]), &[other, "vllm:"]);
+
+    let q = fixture(QUEUEING);
+    assert_bad(
+        &headroom(&["diagnose", "--from", &format!("{q}@yesterday")]),
+        &["@yesterday", "Unix seconds"],
+    );
+    assert_bad(
+        &headroom(&[
+            "diagnose",
+            "--from",
+            &format!("{q}@2000"),
+            "--from",
+            &format!("{}@1000", fixture(KV)),
+        ]),
+        &["not in time order"],
+    );
+    assert_bad(
+        &headroom(&["diagnose", "--from", &fixture(DCGM)]),
+        &["no engine scrape", DCGM],
+    );
+    assert_bad(
+        &headroom(&["diagnose", "--from", &q, "--selector", "model_name=absent"]),
+        &[QUEUEING, "--selector", "model_name=tiny engine=0"],
+    );
+    // the fixture's model is `tiny` (line 111): that selection keeps everything
+    let o = headroom(&[
+        "diagnose",
+        "--from",
+        &q,
+        "--selector",
+        "model=tiny",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(figure(&json(&o), 4, "requests_finished"), 16.0);
+}
+
+/// A loopback server answering every request with `response` (a whole HTTP/1.1 response), for at
+/// most `count` connections; returns its port.
+fn canned_server(response: String, count: usize) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(count) {
+            let Ok(mut s) = s else { return };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 8192];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(response.as_bytes());
+        }
+    });
+    port
+}
+
+fn http(content_type: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn bad_endpoints_exit_2_naming_the_url() {
+    // a port nobody listens on: bind, read the port, close
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    assert_bad(
+        &headroom(&["diagnose", "--url", &url, "--duration", "0s"]),
+        &[&url, "unreachable"],
+    );
+
+    let port = canned_server(
+        http(
+            "text/html; charset=utf-8",
+            "<html><body>Grafana</body></html>",
+        ),
+        4,
+    );
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    assert_bad(
+        &headroom(&["diagnose", "--url", &url, "--duration", "0s"]),
+        &[&url, "HTML"],
+    );
+
+    let port = canned_server(http("text/plain; version=0.0.4", "up 1\n"), 4);
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    assert_bad(
+        &headroom(&["diagnose", "--url", &url, "--duration", "0s"]),
+        &[&url, "none of the expected"],
+    );
+
+    // a Prometheus that knows no metric names in the range
+    let port = canned_server(
+        http("application/json", r#"{"status":"success","data":[]}"#),
+        8,
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    assert_bad(
+        &headroom(&[
+            "diagnose",
+            "--prometheus",
+            &base,
+            "--range",
+            "30m",
+            "--end",
+            "1767000000",
+        ]),
+        &[&base, "no data"],
+    );
+    assert_bad(
+        &headroom(&["diagnose", "--prometheus", &base, "--range", "thirty"]),
+        &["thirty"],
+    );
+}
+
+/// Live: the engine twin in-process on loopback, a few streamed requests, and `diagnose --url`
+/// polling it over 3 s. Bounded: requests have `max_tokens` 8 and the twin is shut down at the
+/// end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_against_the_engine_twin() {
+    use headroom_sim::server::{ServerConfig, serve};
+    let handle = serve(ServerConfig {
+        port: 0,
+        dcgm_port: Some(0),
+        ..ServerConfig::default()
+    })
+    .await
+    .expect("start the engine twin");
+    let api = handle.api_addr;
+    let dcgm = handle.dcgm_addr;
+    let load = tokio::spawn(async move {
+        let mut done = 0u32;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(2500);
+        while tokio::time::Instant::now() < deadline && done < 40 {
+            if post_completion(api).await.is_ok() {
+                done += 1;
+            }
+        }
+        done
+    });
+    let out = tokio::task::spawn_blocking(move || {
+        headroom(&[
+            "diagnose",
+            "--url",
+            &format!("http://{api}/metrics"),
+            "--dcgm",
+            &format!("http://{dcgm}/metrics"),
+            "--duration",
+            "3s",
+            "--interval",
+            "1s",
+            "--format",
+            "json",
+        ])
+    })
+    .await
+    .unwrap();
+    let sent = load.await.unwrap();
+    handle.shutdown().await;
+    assert!(sent > 0, "no request completed against the twin");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["source"]["engine"], "vllm");
+    assert_eq!(v["source"]["kind"], "url");
+    // t = 0, 1, 2, 3 s
+    assert!(
+        v["source"]["scrapes"].as_u64().unwrap() >= 3,
+        "{}",
+        v["source"]
+    );
+    assert!(
+        v["source"]["gpus"].as_u64().unwrap() >= 1,
+        "{}",
+        v["source"]
+    );
+    assert_eq!(v["steps"].as_array().map(Vec::len), Some(6));
+    assert!(v["findings"].is_array());
+}
+
+/// One non-streamed completion over a raw HTTP/1.1 connection; waits for the whole answer.
+async fn post_completion(addr: std::net::SocketAddr) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = r#"{"prompt":"hello there, how are you","max_tokens":8}"#;
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut resp = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut resp))
+        .await
+        .map_err(|_| std::io::Error::other("timeout"))??;
+    if resp.starts_with(b"HTTP/1.1 200") {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(
+            String::from_utf8_lossy(&resp[..resp.len().min(200)]).into_owned(),
+        ))
+    }
+}

@@ -1,0 +1,326 @@
+//! `headroom slo …` end to end: the binary's output, files and exit codes.
+//!
+//! `slo rules` output is checked with `promtool check rules` when promtool is on PATH; without
+//! it the check is skipped with a loud message, unless `HEADROOM_REQUIRE_PROMTOOL` is set (the
+//! project's `scripts/test` sets it after `scripts/install-prometheus`), in which case it fails.
+
+use serde_json::Value;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+
+/// Every latency threshold is a vLLM bucket bound: TTFT 0.25 s and ITL 0.05 s
+/// (`vllm/v1/metrics/loggers.py`), queue time 0.3 s (request-latency buckets).
+const ON_BUCKET: &str = "objectives:
+  \"*\":
+    ttft: {p95: 250ms}
+    itl: {p95: 50ms}
+    queue_time: {p95: 300ms}
+    error_rate: 0.5%
+  chat:
+    ttft: {p99: 500ms}
+budget: {window: 30d, target: 99%, freeze_at: 50%}
+";
+
+/// TTFT 300 ms lies between vLLM's 0.25 s and 0.5 s bounds.
+const OFF_BUCKET: &str = "objectives:
+  chat:
+    ttft: {p95: 300ms}
+";
+
+fn headroom(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run the headroom binary")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn promtool() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("promtool"))
+            .find(|c| c.is_file())
+    });
+    match found {
+        Some(p) => Some(p),
+        None if std::env::var_os("HEADROOM_REQUIRE_PROMTOOL").is_some() => panic!(
+            "promtool not found on PATH and HEADROOM_REQUIRE_PROMTOOL is set; run scripts/install-prometheus"
+        ),
+        None => {
+            eprintln!(
+                "\n!!! SKIPPED: promtool is not installed, so `headroom slo rules` output was NOT\n\
+                 !!! checked by Prometheus. Run scripts/install-prometheus, or set\n\
+                 !!! HEADROOM_REQUIRE_PROMTOOL=1 to make this a failure.\n"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn rules_on_bucket_pass_promtool() {
+    let dir = tempfile::tempdir().unwrap();
+    let slo = write(dir.path(), "slo.yaml", ON_BUCKET);
+    let out = dir.path().join("rules.yml");
+    let o = headroom(&[
+        "slo",
+        "rules",
+        "--slo",
+        slo.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--label",
+        "team=inference",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty(), "--out writes the file, not stdout");
+    let text = std::fs::read_to_string(&out).unwrap();
+    // one group per class, the four Workbook tiers' alert, the queue alert, no VRAM alert
+    assert!(text.contains("headroom-slo-chat"), "{text}");
+    assert!(text.contains("HeadroomErrorBudgetBurn"), "{text}");
+    assert!(text.contains("HeadroomEngineQueueing"), "{text}");
+    assert!(text.contains("le=\"0.25\""), "{text}");
+    assert!(text.contains("team: inference"), "{text}");
+    assert!(
+        !text.contains("DCGM_FI_DEV_FB_USED"),
+        "no VRAM alert: {text}"
+    );
+    if let Some(pt) = promtool() {
+        let c = Command::new(pt)
+            .args(["check", "rules"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            c.status.success(),
+            "promtool check rules failed:\n{}\n{}\n{text}",
+            String::from_utf8_lossy(&c.stdout),
+            String::from_utf8_lossy(&c.stderr)
+        );
+    }
+    // the same to stdout
+    let o = headroom(&[
+        "slo",
+        "rules",
+        "--slo",
+        slo.to_str().unwrap(),
+        "--label",
+        "team=inference",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), text);
+}
+
+#[test]
+fn rules_off_bucket_threshold_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let slo = write(dir.path(), "slo.yaml", OFF_BUCKET);
+    let s = slo.to_str().unwrap();
+    let o = headroom(&["slo", "rules", "--slo", s]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stdout(&o).is_empty());
+    let e = stderr(&o);
+    assert!(e.contains(s), "names the file: {e}");
+    assert!(
+        e.contains("objectives.chat.ttft.p95"),
+        "names the field: {e}"
+    );
+    assert!(
+        e.contains("250 ms below and 500 ms above"),
+        "nearest bounds: {e}"
+    );
+    assert!(e.contains("--off-bucket snap-up"), "says which flag: {e}");
+    // snapping up is allowed on request, with a warning on stderr
+    let o = headroom(&["slo", "rules", "--slo", s, "--off-bucket", "snap-up"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("le=\"0.5\""), "{}", stdout(&o));
+    assert!(stderr(&o).contains("warning:"), "{}", stderr(&o));
+    // the built-in SLO's TTFT p95 300 ms is off-bucket too: the default refuses
+    let o = headroom(&["slo", "rules"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("built-in slo.yaml"), "{}", stderr(&o));
+}
+
+#[test]
+fn rules_unknown_class_and_bad_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let slo = write(dir.path(), "slo.yaml", ON_BUCKET);
+    let o = headroom(&[
+        "slo",
+        "rules",
+        "--slo",
+        slo.to_str().unwrap(),
+        "--class",
+        "batch",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("batch"), "{}", stderr(&o));
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "objectives:\n  chat:\n    ttft: {p100: 1s}\n",
+    );
+    let o = headroom(&["slo", "rules", "--slo", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("bad.yaml"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("percentile"), "{}", stderr(&o));
+}
+
+#[test]
+fn dashboard_is_grafana_json_with_a_row_per_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let slo = write(dir.path(), "slo.yaml", ON_BUCKET);
+    let o = headroom(&[
+        "slo",
+        "dashboard",
+        "--slo",
+        slo.to_str().unwrap(),
+        "--uid",
+        "my-uid",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("dashboard JSON");
+    assert_eq!(v["uid"], "my-uid");
+    let rows = v["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "row")
+        .count();
+    assert!(rows >= 6, "one row per analysis step, got {rows}");
+}
+
+#[test]
+fn autoscale_on_kv_and_waiting_never_gpu_utilisation() {
+    let dir = tempfile::tempdir().unwrap();
+    let slo = write(dir.path(), "slo.yaml", OFF_BUCKET);
+    let o = headroom(&[
+        "slo",
+        "autoscale",
+        "--slo",
+        slo.to_str().unwrap(),
+        "--deployment",
+        "vllm-chat",
+        "--namespace",
+        "llm",
+        "--max-replicas",
+        "4",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert!(t.contains("kind: ScaledObject"), "{t}");
+    assert!(t.contains("vllm:kv_cache_usage_perc"), "{t}");
+    assert!(t.contains("vllm:num_requests_waiting"), "{t}");
+    assert!(t.contains("vllm-chat"), "{t}");
+    assert!(!t.contains("DCGM_FI_DEV_GPU_UTIL"), "{t}");
+    let o = headroom(&[
+        "slo",
+        "autoscale",
+        "--slo",
+        slo.to_str().unwrap(),
+        "--kv-usage-target",
+        "150%",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+}
+
+#[test]
+fn budget_against_an_unreachable_prometheus_names_the_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let slo = write(dir.path(), "slo.yaml", ON_BUCKET);
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let o = headroom(&[
+        "slo",
+        "budget",
+        "--slo",
+        slo.to_str().unwrap(),
+        "--prometheus",
+        &url,
+        "--timeout",
+        "2s",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains(&url), "{}", stderr(&o));
+}
+
+const OPENSLO: &str = "apiVersion: openslo/v1
+kind: SLO
+metadata: {name: chat-ttft}
+spec:
+  service: chat
+  indicator:
+    metadata: {name: ttft-under-250ms}
+    spec:
+      ratioMetric:
+        counter: true
+        good:
+          metricSource:
+            type: Prometheus
+            spec: {query: 'sum(rate(vllm:time_to_first_token_seconds_bucket{model_name=\"chat\",le=\"0.25\"}[5m]))'}
+        total:
+          metricSource:
+            type: Prometheus
+            spec: {query: 'sum(rate(vllm:time_to_first_token_seconds_count{model_name=\"chat\"}[5m]))'}
+  timeWindow: [{duration: 28d, isRolling: true}]
+  budgetingMethod: Occurrences
+  objectives: [{displayName: fast first token, target: 0.95}]
+";
+
+#[test]
+fn import_openslo_gives_an_slo_file_the_other_commands_accept() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = write(dir.path(), "openslo.yaml", OPENSLO);
+    let out = dir.path().join("slo.yaml");
+    let o = headroom(&[
+        "slo",
+        "import",
+        src.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&out).unwrap();
+    // good = le 0.25 over all, target 0.95 → chat: ttft p95 ≤ 250 ms; window 28d
+    let f = headroom_core::SloFile::parse(&text, Path::new("slo.yaml")).unwrap();
+    let spec = f.spec_for("chat");
+    assert_eq!(spec.objectives.len(), 1, "{text}");
+    assert_eq!(spec.objectives[0].id(), "ttft_p95");
+    assert!(matches!(
+        spec.objectives[0],
+        headroom_core::Objective::Latency { threshold_s, .. } if threshold_s == 0.25
+    ));
+    assert_eq!(f.budget.unwrap().window, "28d");
+    // and the imported file generates rules
+    let o = headroom(&["slo", "rules", "--slo", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    let bad = write(
+        dir.path(),
+        "v2.yaml",
+        &OPENSLO.replace("openslo/v1", "openslo/v2alpha"),
+    );
+    let o = headroom(&["slo", "import", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("v2.yaml"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("apiVersion"), "{}", stderr(&o));
+}
