@@ -10,6 +10,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$VLLM_HOME/run" "$VLLM_HOME/logs"
 if [ -s "$VLLM_PIDFILE" ] && kill -0 "$(cat "$VLLM_PIDFILE")" 2>/dev/null; then
   echo "start: already running (pid $(cat "$VLLM_PIDFILE")); run scripts/vllm/stop_server.sh first" >&2; exit 1; fi
+if curl -s -m 2 -o /dev/null "http://127.0.0.1:$VLLM_PORT/health"; then
+  echo "start: something already answers on 127.0.0.1:$VLLM_PORT (not ours); pick another VLLM_PORT" >&2; exit 1; fi
 export VLLM_HOST_IP=127.0.0.1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}   # GiB of KV cache
 export VLLM_LOGGING_LEVEL=${VLLM_LOGGING_LEVEL:-INFO}
