@@ -55,6 +55,9 @@ pub struct SimArgs {
     /// Simulate thermal throttling.
     #[arg(long)]
     pub thermal_throttle: bool,
+    /// Append vLLM's per-request `metrics` (queue_time_ms) to the final streamed chunk.
+    #[arg(long)]
+    pub enable_per_request_metrics: bool,
     /// Raise an XID error this many seconds after start.
     #[arg(long)]
     pub xid_at_s: Option<f64>,
@@ -126,6 +129,7 @@ impl SimArgs {
         }
         spec.power_cap_w = self.power_cap_w.or(spec.power_cap_w);
         spec.thermal_throttle |= self.thermal_throttle;
+        spec.enable_per_request_metrics |= self.enable_per_request_metrics;
         spec.xid_at_s = self.xid_at_s.or(spec.xid_at_s);
         spec.resolve().map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(spec)

@@ -203,6 +203,8 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
             let spec = headroom_sim::SimSpec {
                 gpu: args.sim_gpu.clone(),
                 model: args.sim_model.clone(),
+                // Exact per-request queue times, as vLLM --enable-per-request-metrics gives.
+                enable_per_request_metrics: true,
                 ..headroom_sim::SimSpec::default()
             };
             let cfg = headroom_sim::server::ServerConfig {

@@ -13,7 +13,7 @@ use headroom_signals::{Scrape, Window, WindowOptions};
 
 fn window(rel: &str) -> Window {
     let path = format!(
-        "{}/../../../shared/fixtures/{rel}",
+        "{}/../../fixtures/{rel}",
         env!("CARGO_MANIFEST_DIR")
     );
     let body = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));

@@ -86,6 +86,10 @@ pub struct ClassRecording {
     /// Send lag (actual − intended send time), ns.
     #[serde(with = "hist_b64")]
     pub send_lag: Histogram<u64>,
+    /// Engine queue time per request, ns, when the server reports it per request (vLLM
+    /// `--enable-per-request-metrics`); empty otherwise.
+    #[serde(with = "hist_b64", default = "new_histogram")]
+    pub queue_time: Histogram<u64>,
     /// Exact request counts by outcome.
     #[serde(with = "outcome_list")]
     pub outcomes: BTreeMap<Outcome, u64>,
@@ -115,6 +119,7 @@ impl ClassRecording {
             tpot: new_histogram(),
             e2e: new_histogram(),
             send_lag: new_histogram(),
+            queue_time: new_histogram(),
             outcomes: BTreeMap::new(),
             ttft_censored: 0,
             tokens: TokenCounts::default(),
@@ -129,6 +134,9 @@ impl ClassRecording {
     pub fn record(&mut self, r: &RequestRecord) {
         *self.outcomes.entry(r.outcome).or_insert(0) += 1;
         self.send_lag.saturating_record(r.send_lag_ns);
+        if let Some(q) = r.server_queue_ns {
+            self.queue_time.saturating_record(q);
+        }
         let t = &r.timing;
         match t.ttft_ns() {
             Some(ttft) => self.ttft.saturating_record(ttft),
@@ -186,6 +194,7 @@ impl ClassRecording {
             (&mut self.tpot, &other.tpot),
             (&mut self.e2e, &other.e2e),
             (&mut self.send_lag, &other.send_lag),
+            (&mut self.queue_time, &other.queue_time),
         ] {
             a.add(b)
                 .map_err(|e| RecordingError::Histogram(format!("{e:?}")))?;
@@ -216,7 +225,7 @@ impl ClassRecording {
             LatencySignal::Itl => Some(&self.itl),
             LatencySignal::Tpot => Some(&self.tpot),
             LatencySignal::E2e => Some(&self.e2e),
-            LatencySignal::QueueTime => None,
+            LatencySignal::QueueTime => (!self.queue_time.is_empty()).then_some(&self.queue_time),
         }
     }
 
@@ -636,6 +645,7 @@ mod tests {
                 output_tokens: tokens.map(|t| t.1),
             },
             prompt_tokens: tokens.map(|t| t.0),
+            server_queue_ns: None,
             requested_prompt_tokens: 100,
             requested_max_tokens: 10,
             finish_reason: None,

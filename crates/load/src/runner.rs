@@ -546,6 +546,7 @@ fn unsent(
             output_tokens: None,
         },
         prompt_tokens: None,
+        server_queue_ns: None,
         requested_prompt_tokens: p.requested_prompt_tokens,
         requested_max_tokens: p.max_tokens,
         finish_reason: None,

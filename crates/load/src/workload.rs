@@ -67,11 +67,11 @@ use std::time::Duration;
 pub const Z_P90: f64 = 1.281_551_565_544_600_4;
 
 /// The built-in workload: the claims assistant of the seed guides (short questions behind a
-/// shared system prompt, long answers) mixed with a long-context class.
+/// shared system prompt, long answers).
 ///
 /// `claims_assistant`: 200 shared-prefix tokens + 40–60 unique prompt tokens, answers of
-/// 500–1,000 tokens with `ignore_eos`, chat endpoint, weight 9. `long_context`: prompts of about
-/// 2,000 tokens (normal, sd 200, clamped 1,500–2,500), answers of 100–300 tokens, weight 1.
+/// 500–1,000 tokens with `ignore_eos`, chat endpoint. `examples/workload-mixed.yaml` adds a
+/// long-context class (prompts of about 2,000 tokens) and so the mix phase.
 pub const DEFAULT_WORKLOAD_YAML: &str = "\
 # Built-in workload: the claims assistant of the seed guides. One class, so the embedded sweep
 # finishes in under two minutes; examples/workload-mixed.yaml adds a long-context class and the mix.

@@ -10,7 +10,7 @@ use headroom_signals::exposition::parse;
 
 fn main() {
     let path = format!(
-        "{}/../../../shared/fixtures/vllm/v0.32-cpu-after-burst-c16.prom",
+        "{}/../../fixtures/vllm/v0.32-cpu-after-burst-c16.prom",
         env!("CARGO_MANIFEST_DIR")
     );
     let body = match std::fs::read_to_string(&path) {

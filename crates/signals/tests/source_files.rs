@@ -8,7 +8,7 @@ use headroom_signals::{Scrape, Window, WindowOptions};
 
 fn fixture_path(rel: &str) -> String {
     format!(
-        "{}/../../../shared/fixtures/{rel}",
+        "{}/../../fixtures/{rel}",
         env!("CARGO_MANIFEST_DIR")
     )
 }

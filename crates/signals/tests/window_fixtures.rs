@@ -6,7 +6,7 @@ use headroom_signals::{Scrape, Window, WindowError, WindowOptions};
 
 fn fixture(rel: &str) -> String {
     let path = format!(
-        "{}/../../../shared/fixtures/{rel}",
+        "{}/../../fixtures/{rel}",
         env!("CARGO_MANIFEST_DIR")
     );
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))

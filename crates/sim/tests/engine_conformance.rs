@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use headroom_sim::{Engine, NewRequest, SimSpec};
 
 fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]

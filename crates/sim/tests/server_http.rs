@@ -1,5 +1,5 @@
 //! The engine twin's HTTP server over loopback: response shapes against the real vLLM 0.32
-//! answers in `shared/fixtures/openai/`, token accounting, errors, `/metrics` counters, client
+//! answers in `fixtures/openai/`, token accounting, errors, `/metrics` counters, client
 //! disconnects and HTTP-level faults. Every test runs on ephemeral ports and is bounded in time.
 
 use std::net::SocketAddr;
@@ -35,11 +35,12 @@ async fn start(spec: SimSpec, faults: Faults, api_key: Option<&str>) -> ServerHa
     serve(cfg).await.expect("server starts")
 }
 
-/// `shared/` sits beside the repository (`HEADROOM_SHARED` overrides).
+/// The real vLLM answers are committed under `fixtures/` at the repository root.
 fn fixture(name: &str) -> String {
-    let shared = std::env::var("HEADROOM_SHARED")
-        .unwrap_or_else(|_| format!("{}/../../../shared", env!("CARGO_MANIFEST_DIR")));
-    let path = format!("{shared}/fixtures/openai/{name}");
+    let path = format!(
+        "{}/../../fixtures/openai/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -857,4 +858,57 @@ async fn wall_clock_delivery_matches_the_engine_clock() {
         srv.shutdown().await;
     })
     .await;
+}
+
+/// `--enable-per-request-metrics`: the final chunk carries the request's own engine queue time.
+/// With `max_num_seqs` 1, a request sent while another runs waits for it: its queue time is at
+/// least the first one's decode time, and the first waits less than one step; the sum of both
+/// equals the engine's `vllm:request_queue_time_seconds_sum`.
+#[tokio::test]
+async fn per_request_metrics_report_each_requests_queue_time() {
+    bounded(async {
+        let mut sp = spec(1.0);
+        sp.max_num_seqs = Some(1);
+        sp.enable_per_request_metrics = true;
+        let srv = start(sp, Faults::default(), None).await;
+        let a = srv.api_addr;
+        let body = serde_json::json!({"prompt":"one two three","max_tokens":12,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}});
+        let first = tokio::spawn({
+            let body = body.clone();
+            async move { post(a, "/v1/completions", &body).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+        let second = post(a, "/v1/completions", &body).await;
+        let first = first.await.unwrap();
+        let q = |r: &Resp| -> f64 {
+            let ev = r.events();
+            let usage: Value = serde_json::from_str(&ev[ev.len() - 2]).unwrap();
+            usage["metrics"]["queue_time_ms"].as_f64().expect("metrics.queue_time_ms")
+        };
+        let (q1, q2) = (q(&first), q(&second));
+        // 12 tokens at ~16 ms (A10G, Qwen2.5-3B) ≈ 190 ms of decode; the second arrived 60 ms in.
+        assert!(q1 < 50.0, "first waited {q1} ms");
+        assert!(q2 > 80.0, "second waited only {q2} ms behind a 12-token request");
+        let metrics = post_get_metrics(a).await;
+        let sum: f64 = metrics
+            .lines()
+            .find(|l| l.starts_with("vllm:request_queue_time_seconds_sum"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        assert!((sum * 1e3 - (q1 + q2)).abs() < 0.01, "histogram sum {sum} s vs {q1} + {q2} ms");
+        srv.shutdown().await;
+    })
+    .await;
+}
+
+async fn post_get_metrics(a: SocketAddr) -> String {
+    let mut s = tokio::net::TcpStream::connect(a).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    String::from_utf8_lossy(&buf).into_owned()
 }

@@ -1,5 +1,5 @@
 //! `parse_and_validate`: vLLM's validation rules and error shapes, checked against the real
-//! vLLM 0.32 answers in `shared/fixtures/openai/`.
+//! vLLM 0.32 answers in `fixtures/openai/`.
 
 use headroom_sim::server::{ApiError, Endpoint, ValidationContext, parse_and_validate};
 use serde_json::Value;
@@ -11,11 +11,12 @@ fn ctx(len: u32) -> ValidationContext {
     }
 }
 
-/// `shared/` sits beside the repository (`HEADROOM_SHARED` overrides).
+/// The real vLLM answers are committed under `fixtures/` at the repository root.
 fn fixture_body(name: &str) -> (u16, Value) {
-    let shared = std::env::var("HEADROOM_SHARED")
-        .unwrap_or_else(|_| format!("{}/../../../shared", env!("CARGO_MANIFEST_DIR")));
-    let path = format!("{shared}/fixtures/openai/{name}");
+    let path = format!(
+        "{}/../../fixtures/openai/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let status: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     let body = text

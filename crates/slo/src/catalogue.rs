@@ -119,7 +119,7 @@ mod tests {
     fn fixture_buckets() -> BTreeMap<String, Vec<String>> {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/fixtures/vllm/v0.32-cpu-after-burst-c16.prom"
+            "/../../fixtures/vllm/v0.32-cpu-after-burst-c16.prom"
         );
         let text = std::fs::read_to_string(path).expect("fixture present");
         let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();

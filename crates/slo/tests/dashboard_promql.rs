@@ -32,7 +32,7 @@ fn every_dashboard_query_parses_and_reads_known_metrics() {
     assert!(qs.len() >= 30, "{} queries", qs.len());
     let fixture = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/vllm/v0.32-cpu-after-burst-c16.prom"
+        "/../../fixtures/vllm/v0.32-cpu-after-burst-c16.prom"
     ))
     .unwrap();
     for q in qs {

@@ -268,6 +268,7 @@ impl Target {
             send_lag_ns: 0,
             timing: RequestTiming::default(),
             prompt_tokens: None,
+            server_queue_ns: None,
             requested_prompt_tokens: req.requested_prompt_tokens,
             requested_max_tokens: req.max_tokens,
             finish_reason: None,
@@ -303,6 +304,11 @@ impl Target {
         }
         let usage = st.usage.unwrap_or_default();
         rec.prompt_tokens = usage.prompt_tokens;
+        rec.server_queue_ns = st
+            .metrics
+            .and_then(|m| m.queue_time_ms)
+            .filter(|q| q.is_finite() && *q >= 0.0)
+            .map(|q| (q * 1e6) as u64);
         rec.finish_reason = st.finish_reason.take();
         rec.sse_events = st.events;
         rec.timing = RequestTiming {
@@ -552,6 +558,9 @@ pub struct RequestRecord {
     pub send_lag_ns: u64,
     /// Content chunk times, end of stream and output tokens (from `usage`), ns since start.
     pub timing: RequestTiming,
+    /// Engine queue time of this request, ns, from vLLM's per-request `metrics.queue_time_ms`
+    /// (`--enable-per-request-metrics`); `None` when the server does not send it.
+    pub server_queue_ns: Option<u64>,
     /// `usage.prompt_tokens` (realised prompt length), when the server sent usage.
     pub prompt_tokens: Option<u32>,
     /// Prompt tokens the workload asked for.
@@ -647,8 +656,8 @@ mod tests {
 
     #[test]
     fn error_bodies_from_fixtures() {
-        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/fixtures/openai");
+        let dir =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/openai");
         let raw = std::fs::read(dir.join("error_unknown_model.txt")).unwrap();
         let i = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
         assert_eq!(

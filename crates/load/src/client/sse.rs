@@ -142,6 +142,17 @@ pub struct Usage {
     pub completion_tokens: Option<u32>,
 }
 
+/// vLLM's per-request metrics (`--enable-per-request-metrics`, vLLM ≥ 0.32): a `metrics` object
+/// on the final chunk. Only the engine knows the queue time of one request; with this object the
+/// client can judge a queue-time objective per request, exactly, for the requests of its own
+/// window (the engine's histogram observes at finish time and mixes in warm-up requests).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+pub struct RequestMetrics {
+    /// `metrics.queue_time_ms`: engine queue time of this request, milliseconds.
+    #[serde(default)]
+    pub queue_time_ms: Option<f64>,
+}
+
 /// What one stream showed, accumulated event by event.
 #[derive(Debug, Clone, Default)]
 pub struct StreamState {
@@ -151,6 +162,8 @@ pub struct StreamState {
     pub events: u32,
     /// The last `usage` seen.
     pub usage: Option<Usage>,
+    /// The per-request `metrics` object, when the server sends one.
+    pub metrics: Option<RequestMetrics>,
     /// `finish_reason` of the first choice, when sent.
     pub finish_reason: Option<String>,
     /// `[DONE]` arrived.
@@ -169,6 +182,7 @@ impl StreamState {
         self.content_chunk_ns.clear();
         self.events = 0;
         self.usage = None;
+        self.metrics = None;
         self.finish_reason = None;
         self.done = false;
         self.done_ns = None;
@@ -208,6 +222,9 @@ impl StreamState {
         }
         if let Some(u) = msg.usage {
             self.usage = Some(u);
+        }
+        if let Some(m) = msg.metrics {
+            self.metrics = Some(m);
         }
         if let Some(c) = msg.choices.0 {
             let delta_content = c
@@ -264,6 +281,8 @@ struct ChunkMsg<'a> {
     choices: FirstChoice<'a>,
     #[serde(default)]
     usage: Option<Usage>,
+    #[serde(default)]
+    metrics: Option<RequestMetrics>,
     #[serde(default)]
     error: Option<serde_json::Value>,
     #[serde(default, borrow)]
@@ -363,7 +382,7 @@ mod tests {
 
     fn fixture(name: &str) -> Vec<u8> {
         let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/fixtures/openai")
+            .join("../../fixtures/openai")
             .join(name);
         let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         // Some fixtures are whole HTTP responses: keep the body after the blank line.
@@ -453,7 +472,7 @@ mod tests {
 
     #[test]
     fn every_stream_fixture_is_covered() {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/openai");
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/openai");
         for e in std::fs::read_dir(dir).unwrap() {
             let name = e.unwrap().file_name().into_string().unwrap();
             if name.contains("stream") && name.ends_with(".txt") && !name.contains("nonstream") {
@@ -463,6 +482,18 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn per_request_metrics_give_the_queue_time() {
+        // chat_stream_per_request_metrics.txt: "queue_time_ms":0.1503459999412371 on the usage
+        // chunk; the other fixtures have no metrics object.
+        let st = run(&fixture("chat_stream_per_request_metrics.txt"), &[]);
+        assert_eq!(
+            st.metrics.and_then(|m| m.queue_time_ms),
+            Some(0.150_345_999_941_237_1)
+        );
+        assert_eq!(run(&fixture("chat_stream.txt"), &[]).metrics, None);
     }
 
     #[test]

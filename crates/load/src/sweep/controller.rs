@@ -361,6 +361,8 @@ fn phase_spec(slo: &SloFile, phase: &Phase) -> SloSpec {
     if phase.plans.len() == 1 {
         return slo.spec_for(&phase.plans[0].name);
     }
+    // The mix judges queue time from the engine's histogram (one queue for all classes); with
+    // per-request metrics each class is judged on its own requests instead (client_objectives).
     let mut objectives: Vec<Objective> = Vec::new();
     for p in &phase.plans {
         for o in slo.spec_for(&p.name).objectives {
@@ -388,6 +390,9 @@ fn latency_map(c: &ClassRecording) -> BTreeMap<LatencySignal, hdrhistogram::Hist
     m.insert(LatencySignal::Itl, c.itl.clone());
     m.insert(LatencySignal::Tpot, c.tpot.clone());
     m.insert(LatencySignal::E2e, c.e2e.clone());
+    if !c.queue_time.is_empty() {
+        m.insert(LatencySignal::QueueTime, c.queue_time.clone());
+    }
     m
 }
 
@@ -402,10 +407,22 @@ fn client_objectives(
     let mut out = Vec::new();
     for (i, (plan, c)) in phase.plans.iter().zip(&rec.classes).enumerate() {
         let spec = slo.spec_for(&plan.name);
+        // Queue time is judged here when the server reported it per request, or when the client's
+        // TTFT already bounds it (below); otherwise the engine's histogram decides it (diagnose).
+        let per_request = !c.queue_time.is_empty();
+        let mut bounded: Vec<ObjectiveResult> = Vec::new();
         let client_objs: Vec<Objective> = spec
             .objectives
             .into_iter()
-            .filter(|o| !is_server_only(o))
+            .filter(|o| {
+                if per_request || !is_server_only(o) {
+                    return true;
+                }
+                if let Some(r) = queue_bound_by_ttft(o, &c.ttft, final_window) {
+                    bounded.push(r);
+                }
+                false
+            })
             .collect();
         let lat = latency_map(c);
         // Errors are counted over every request of the level that ended (a request of the
@@ -415,7 +432,10 @@ fn client_objectives(
             latency: &lat,
             outcomes,
         };
-        for mut r in evaluate(&client_objs, &ev, final_window) {
+        for mut r in evaluate(&client_objs, &ev, final_window)
+            .into_iter()
+            .chain(bounded)
+        {
             if mix {
                 r.id = format!("{}/{}", plan.name, r.id);
                 r.description = format!("{}: {}", plan.name, r.description);
@@ -444,16 +464,72 @@ fn early_stop_check(
         if elapsed < measure {
             return false;
         }
-        // Past the base window: keep measuring only while an undecided objective can still
-        // gather the samples its percentile needs by the longest window.
+        // Past the base window: keep measuring only while an objective has too few samples to
+        // estimate its percentile at all, and can still gather them by the longest window. (With
+        // enough samples an undecided objective is settled by its point estimate.)
+        // A request is recorded when it ends, but every request started in the window will
+        // give one TTFT (and queue-time) sample: count those for per-request objectives.
         let max_s = measure_max.as_secs_f64();
         let el = elapsed.as_secs_f64().max(1e-3);
         !results.iter().any(|r| {
-            r.verdict == Verdict::Inconclusive && {
-                let projected = r.samples as f64 * max_s / el;
-                projected >= needed_samples(&r.id) as f64
-            }
+            let need = needed_samples(&r.id);
+            let per_request = r.id.contains("ttft") || r.id.contains("queue_time");
+            let n = if per_request {
+                r.samples.max(rec.started)
+            } else {
+                r.samples
+            };
+            r.verdict == Verdict::Inconclusive && n < need && n as f64 * max_s / el >= need as f64
         })
+    })
+}
+
+/// Every request's engine queue time is at most its TTFT (TTFT = frontend + queue + prefill), so
+/// when the client's TTFT meets a queue-time objective's threshold at its percentile, the queue
+/// time does too — for exactly the requests of the window. The engine's own histogram cannot say
+/// this as well: vLLM observes it when a request finishes, so requests started in the warm-up
+/// count in the window. Returns the PASS, or `None` when the bound does not settle it.
+fn queue_bound_by_ttft(
+    o: &Objective,
+    ttft: &hdrhistogram::Histogram<u64>,
+    final_window: bool,
+) -> Option<ObjectiveResult> {
+    let Objective::Latency {
+        signal: LatencySignal::QueueTime,
+        percentile,
+        threshold_s,
+    } = o
+    else {
+        return None;
+    };
+    let proxy = Objective::Latency {
+        signal: LatencySignal::Ttft,
+        percentile: *percentile,
+        threshold_s: *threshold_s,
+    };
+    let mut lat = BTreeMap::new();
+    lat.insert(LatencySignal::Ttft, ttft.clone());
+    let none = BTreeMap::new();
+    let ev = ClientEvidence {
+        latency: &lat,
+        outcomes: &none,
+    };
+    let r = evaluate(&[proxy], &ev, final_window).pop()?;
+    (r.verdict == Verdict::Pass).then(|| ObjectiveResult {
+        id: o.id(),
+        description: o.describe(),
+        threshold: *threshold_s,
+        observed: None,
+        verdict: Verdict::Pass,
+        samples: r.samples,
+        reason: format!(
+            "bounded by the client's TTFT (queue time ≤ TTFT for every request): TTFT p{} = {}; {}",
+            headroom_core::slo::fmt_num(*percentile),
+            r.observed
+                .map(headroom_core::slo::fmt_duration_s)
+                .unwrap_or_default(),
+            r.reason
+        ),
     })
 }
 
@@ -520,15 +596,37 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
     };
     match &windows {
         Some((full, meas)) => {
+            // Send lag measures coordinated omission only in open loop; a closed loop starts each
+            // request when a slot frees, so its "lag" is connection set-up, part of TTFT.
+            let mut h = health.clone();
+            if rec.mode == LoadMode::Concurrency {
+                h.send_lag_p99_s = 0.0;
+                h.send_lag_max_s = 0.0;
+            }
             let view = ClientView {
                 objectives: if mix { Vec::new() } else { objectives.clone() },
-                health: Some(health.clone()),
+                health: Some(h),
                 // Counts are reconciled over the whole level below, not over the window.
                 requests_finished: None,
                 output_tokens: None,
                 workload_drift: drift(&total.tokens),
             };
-            let a = assess(meas, Some(&view), j.spec);
+            // With per-request queue times for every class, the mix needs no histogram verdict.
+            let per_request_all = rec.classes.iter().all(|c| !c.queue_time.is_empty());
+            let spec = if mix && per_request_all {
+                SloSpec {
+                    objectives: j
+                        .spec
+                        .objectives
+                        .iter()
+                        .filter(|o| !is_server_only(o))
+                        .cloned()
+                        .collect(),
+                }
+            } else {
+                j.spec.clone()
+            };
+            let a = assess(meas, Some(&view), &spec);
             if mix {
                 objectives.extend(a.objectives.iter().cloned());
                 if !a.refused.is_empty() {
@@ -579,7 +677,10 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
         None => {
             // Server-only objectives stay INCONCLUSIVE (evaluate's answer without server data).
             for o in j.spec.objectives.iter().filter(|o| is_server_only(o)) {
-                if mix || !objectives.iter().any(|x| x.id == o.id()) {
+                let judged = objectives
+                    .iter()
+                    .any(|x| x.id == o.id() || x.id.ends_with(&format!("/{}", o.id())));
+                if !judged {
                     objectives.extend(evaluate(std::slice::from_ref(o), &empty_evidence(), true));
                 }
             }
@@ -630,7 +731,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
 /// 285 ms for requests that waited 2 ms. Such an observation is withheld (no headroom is claimed)
 /// and the reason says what is known.
 fn first_bucket_observation(o: &mut ObjectiveResult, w: &Window) {
-    if !o.id.starts_with("queue_time_p") {
+    if !o.id.starts_with("queue_time_p") || o.reason.contains("per-request") {
         return;
     }
     let Some(h) = w.histogram(headroom_signals::Signal::QueueTime) else {

@@ -38,9 +38,28 @@ pub fn evaluate(
         .map(|o| match o {
             Objective::Latency {
                 signal: LatencySignal::QueueTime,
+                percentile,
                 threshold_s,
-                ..
-            } => result(o, *threshold_s, None, Verdict::Inconclusive, 0, "server metrics unavailable: queue time is measured by the engine (vllm:request_queue_time_seconds)".into()),
+            } => match client.latency.get(&LatencySignal::QueueTime) {
+                // Per-request engine metrics (vLLM --enable-per-request-metrics): exact, and
+                // only for the requests of this window.
+                Some(h) if !h.is_empty() => latency(
+                    o,
+                    Some(h),
+                    *percentile,
+                    *threshold_s,
+                    final_window,
+                    "per-request engine metrics",
+                ),
+                _ => result(
+                    o,
+                    *threshold_s,
+                    None,
+                    Verdict::Inconclusive,
+                    0,
+                    "server metrics unavailable: queue time is measured by the engine (vllm:request_queue_time_seconds, or per request with --enable-per-request-metrics)".into(),
+                ),
+            },
             Objective::Latency {
                 signal,
                 percentile,
@@ -51,6 +70,7 @@ pub fn evaluate(
                 *percentile,
                 *threshold_s,
                 final_window,
+                "client",
             ),
             Objective::ErrorRate { max_ratio } => {
                 error_rate(o, client.outcomes, *max_ratio, final_window)
@@ -84,6 +104,7 @@ fn latency(
     pct: f64,
     thr_s: f64,
     final_window: bool,
+    source: &str,
 ) -> ObjectiveResult {
     let n = h.map_or(0, |h| h.len());
     let Some(h) = h.filter(|_| n > 0) else {
@@ -93,7 +114,7 @@ fn latency(
             None,
             Verdict::Inconclusive,
             0,
-            "no observations (client)".into(),
+            format!("no observations ({source})"),
         );
     };
     let thr_ns = (thr_s * 1e9) as u64;
@@ -103,7 +124,7 @@ fn latency(
     let allowed = 1.0 - pct / 100.0;
     let observed = h.value_at_quantile(pct / 100.0) as f64 / 1e9;
     let need = min_samples_for_percentile(pct);
-    let share = format!("{bad} of {n} above the threshold (client)");
+    let share = format!("{bad} of {n} above the threshold ({source})");
     match decide(bad, n, allowed) {
         Decision::BreachCertain => result(
             o,

@@ -181,6 +181,9 @@ impl Batch {
 /// results.
 #[derive(Debug, Clone)]
 pub struct Engine {
+    /// Queue times of the requests finished by the last step/abort (see
+    /// [`Engine::finished_queue_times`]).
+    recent_queue: Vec<(RequestId, f64)>,
     cfg: EngineConfig,
     model: StepModel,
     pool: BlockPool,
@@ -259,6 +262,7 @@ impl Engine {
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
         Ok(Engine {
+            recent_queue: Vec::new(),
             frontend_in_s: cfg.gpu.frontend_in_ms * 1e-3 * cfg.time_scale,
             rng: Xoshiro256PlusPlus::seed_from_u64(cfg.seed ^ 0x5eed_0000_0000_0001),
             cfg,
@@ -405,6 +409,7 @@ impl Engine {
     /// Aborts a request: frees its KV blocks and counts it under `finished_reason="abort"`.
     /// Unknown or already finished ids are ignored.
     pub fn abort(&mut self, id: RequestId, now_s: f64) {
+        self.recent_queue.clear();
         let Some(&slot) = self.by_id.get(&id.0) else {
             return;
         };
@@ -431,9 +436,17 @@ impl Engine {
         }
     }
 
+    /// Engine queue time (first scheduled − queued, seconds) of every request that finished in
+    /// the last [`Engine::step`] or [`Engine::abort`] call, for per-request metrics; cleared at
+    /// the start of each call.
+    pub fn finished_queue_times(&self) -> &[(RequestId, f64)] {
+        &self.recent_queue
+    }
+
     /// Runs one engine step starting at `now_s`: schedules, executes, and returns the step's
     /// duration and the tokens it produced (visible at `now_s + duration_s`).
     pub fn step(&mut self, now_s: f64) -> StepResult {
+        self.recent_queue.clear();
         let mut result = StepResult::default();
         self.telemetry.advance_idle(now_s);
         while let Some(&slot) = self.pending.front() {
@@ -734,6 +747,10 @@ impl Engine {
         self.pool.free(&r.blocks);
         self.by_id.remove(&r.uid);
         self.free_slots.push(slot);
+        if let Some(sched) = r.scheduled_s {
+            self.recent_queue
+                .push((RequestId(r.uid), (sched - r.queued_s).max(0.0)));
+        }
         self.stats.on_finished(&metrics::FinishedRequest {
             reason,
             arrival_s: r.arrival_s,

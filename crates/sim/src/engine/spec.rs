@@ -251,6 +251,11 @@ pub struct SimSpec {
     /// YAML file with extra model presets (same schema as `presets/models.yaml`).
     #[serde(alias = "custom-model-file")]
     pub custom_model_file: Option<PathBuf>,
+    /// vLLM `--enable-per-request-metrics`: the final streamed chunk (and a non-streaming body)
+    /// carries a `metrics` object; the twin fills `queue_time_ms` (engine queue time of that
+    /// request, exact) and leaves the other fields out.
+    #[serde(alias = "enable-per-request-metrics")]
+    pub enable_per_request_metrics: bool,
 }
 
 impl Default for SimSpec {
@@ -274,6 +279,7 @@ impl Default for SimSpec {
             xid_at_s: None,
             custom_gpu_file: None,
             custom_model_file: None,
+            enable_per_request_metrics: false,
         }
     }
 }

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -45,6 +45,8 @@ pub(crate) struct Slot {
     produced: AtomicU32,
     /// 0 = running, else a `Finish` code (see `finish_code`).
     finish: AtomicU8,
+    /// Engine queue time in ns + 1, set when the request finishes (0 = unknown).
+    queue_ns_plus_one: AtomicU64,
     waker: AtomicWaker,
 }
 
@@ -73,6 +75,14 @@ fn finish_from_code(c: u8) -> Option<Finish> {
 }
 
 impl Slot {
+    /// The engine queue time of the finished request, milliseconds (per-request metrics).
+    pub(crate) fn queue_time_ms(&self) -> Option<f64> {
+        match self.queue_ns_plus_one.load(Ordering::Acquire) {
+            0 => None,
+            v => Some((v - 1) as f64 / 1e6),
+        }
+    }
+
     /// The current progress (finish read first, so a finished snapshot has the final count).
     pub(crate) fn progress(&self) -> Progress {
         let finish = finish_from_code(self.finish.load(Ordering::Acquire));
@@ -196,6 +206,13 @@ impl Driver {
                             None => { self.stopping = true; break; }
                         },
                     }
+                }
+            }
+            // Queue times first: a finished request's slot is published below.
+            for (id, q) in self.engine.finished_queue_times() {
+                if let Some(slot) = self.by_id.get(id) {
+                    slot.queue_ns_plus_one
+                        .store((q * 1e9) as u64 + 1, Ordering::Release);
                 }
             }
             for ev in &result.tokens {

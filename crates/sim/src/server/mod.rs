@@ -172,6 +172,7 @@ pub async fn serve(cfg: ServerConfig) -> anyhow::Result<ServerHandle> {
         faults: cfg.faults.clone(),
         seed: cfg.faults.seed.unwrap_or(ecfg.seed),
         fingerprint: format!("vllm-{VLLM_VERSION}-{:08x}", fingerprint_bits as u32),
+        per_request_metrics: cfg.spec.enable_per_request_metrics,
         model_root: ecfg.model.hf_name.clone(),
         started_unix,
         api_key: cfg.api_key.clone(),

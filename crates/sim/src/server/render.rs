@@ -97,6 +97,8 @@ pub struct ResponseMeta {
     pub text_offset: u32,
     /// `continuous_usage_stats`: usage on every chunk.
     pub continuous_usage: bool,
+    /// `--enable-per-request-metrics`: a `metrics` object on the final usage chunk.
+    pub per_request_metrics: bool,
 }
 
 /// Incremental writer of one SSE response.
@@ -179,14 +181,26 @@ impl SseWriter {
         out.put_slice(b"}\n\n");
     }
 
-    /// The final usage chunk (`"choices":[]`, `usage`, `system_fingerprint`).
-    pub fn usage_chunk(&self, out: &mut BytesMut, completion_tokens: u32) {
+    /// The final usage chunk (`"choices":[]`, `usage`, `system_fingerprint`, and with
+    /// per-request metrics `"metrics":{"queue_time_ms":…}` as vLLM 0.32 appends it).
+    pub fn usage_chunk(
+        &self,
+        out: &mut BytesMut,
+        completion_tokens: u32,
+        queue_time_ms: Option<f64>,
+    ) {
         out.put_slice(&self.prefix);
         out.put_slice(b"]");
         self.usage(out, completion_tokens, false);
         out.put_slice(b",\"system_fingerprint\":\"");
         out.put_slice(self.meta.fingerprint.as_bytes());
-        out.put_slice(b"\"}\n\n");
+        out.put_slice(b"\"");
+        if self.meta.per_request_metrics
+            && let Some(q) = queue_time_ms
+        {
+            out.put_slice(format!(",\"metrics\":{{\"queue_time_ms\":{q}}}").as_bytes());
+        }
+        out.put_slice(b"}\n\n");
     }
 
     /// `data: [DONE]`.

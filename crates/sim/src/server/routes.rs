@@ -48,6 +48,8 @@ pub(crate) struct AppState {
     pub(crate) faults: Faults,
     pub(crate) seed: u64,
     pub(crate) fingerprint: String,
+    /// `--enable-per-request-metrics`.
+    pub(crate) per_request_metrics: bool,
     pub(crate) model_root: String,
     pub(crate) started_unix: u64,
     pub(crate) api_key: Option<String>,
@@ -389,6 +391,7 @@ fn response_meta(s: &AppState, req: &ParsedRequest, index: u64) -> ResponseMeta 
         prompt_tokens: req.prompt_tokens.len() as u32,
         text_offset: offset,
         continuous_usage: req.continuous_usage,
+        per_request_metrics: s.per_request_metrics,
     }
 }
 
@@ -521,7 +524,8 @@ impl Stream for SseStream {
         }
         if all_out {
             if this.include_usage {
-                this.writer.usage_chunk(&mut out, this.sent);
+                let q = this.guard.slot.queue_time_ms();
+                this.writer.usage_chunk(&mut out, this.sent, q);
             }
             SseWriter::done(&mut out);
             this.done = true;
