@@ -12,10 +12,7 @@ use headroom_diagnose::{ClientView, assess};
 use headroom_signals::{Scrape, Window, WindowOptions};
 
 fn window(rel: &str) -> Window {
-    let path = format!(
-        "{}/../../fixtures/{rel}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/../../fixtures/{rel}", env!("CARGO_MANIFEST_DIR"));
     let body = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let s = Scrape::from_body(rel, body, 2_000_000_000.0, None).unwrap();
     Window::from_scrapes(&[s], &[], &WindowOptions::default()).unwrap()

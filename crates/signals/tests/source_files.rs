@@ -7,10 +7,7 @@ use headroom_signals::source::{
 use headroom_signals::{Scrape, Window, WindowOptions};
 
 fn fixture_path(rel: &str) -> String {
-    format!(
-        "{}/../../fixtures/{rel}",
-        env!("CARGO_MANIFEST_DIR")
-    )
+    format!("{}/../../fixtures/{rel}", env!("CARGO_MANIFEST_DIR"))
 }
 
 #[test]
