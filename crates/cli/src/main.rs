@@ -2,6 +2,7 @@
 //! module and calls into the library crates.
 
 mod diagnose_cmd;
+mod gateway_cmd;
 mod sim_cmd;
 mod slo_cmd;
 mod sweep_cmd;
@@ -30,6 +31,8 @@ enum Command {
     /// Rules, burn-rate alerts, dashboard, autoscaling trigger, error budget and OpenSLO import
     /// from one slo.yaml.
     Slo(slo_cmd::SloArgs),
+    /// SLO-measuring reverse proxy: per-class TTFT/ITL/E2E at the request boundary, admission.
+    Gateway(gateway_cmd::GatewayArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
             Command::Sweep(a) => sweep_cmd::run(a, argv).await,
             Command::Diagnose(a) => diagnose_cmd::run(a).await,
             Command::Slo(a) => slo_cmd::run(a).await,
+            Command::Gateway(a) => gateway_cmd::run(a).await.map(|()| 0),
         }
     });
     match result {

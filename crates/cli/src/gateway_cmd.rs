@@ -1,0 +1,78 @@
+//! `headroom gateway`: the SLO-measuring reverse proxy in front of OpenAI-compatible servers.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use headroom_core::SloFile;
+use headroom_gateway::config::{ClassFile, TokenRange};
+use headroom_gateway::{GatewayConfig, GatewayFile, start};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Arguments of `headroom gateway`.
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// Address to listen on; the gateway's own metrics are at /metrics here.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Upstream base URL (http://HOST:PORT); repeat for a pool served round-robin.
+    #[arg(long)]
+    pub upstream: Vec<String>,
+    /// slo.yaml: every latency threshold in it becomes a histogram bucket bound.
+    #[arg(long)]
+    pub slo: Option<PathBuf>,
+    /// gateway.yaml: classes, tenants, pools, concurrency limits, timeouts, keys, headers.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Upstream for long-context requests (repeatable); adds a first class `long_context`
+    /// with its own pool.
+    #[arg(long)]
+    pub long_context_upstream: Vec<String>,
+    /// Estimated prompt tokens from which a request is long-context.
+    #[arg(long, default_value_t = 8192)]
+    pub long_context_tokens: u64,
+}
+
+/// Runs the gateway until Ctrl-C.
+///
+/// # Errors
+/// Unreadable or invalid `--config` / `--slo` (file, line and field named), no upstream, or a
+/// listen address that cannot be bound.
+pub async fn run(a: GatewayArgs) -> Result<()> {
+    let (mut file, origin) = match &a.config {
+        Some(p) => (GatewayFile::load(p)?, p.display().to_string()),
+        None => (GatewayFile::default(), "command line".to_string()),
+    };
+    if !a.long_context_upstream.is_empty() {
+        file.pools
+            .insert("long_context".into(), a.long_context_upstream.clone());
+        file.classes.insert(
+            0,
+            ClassFile {
+                name: "long_context".into(),
+                prompt_tokens: Some(TokenRange {
+                    min: Some(a.long_context_tokens),
+                    max: None,
+                }),
+                pool: Some("long_context".into()),
+                ..ClassFile::default()
+            },
+        );
+    }
+    let slo = match &a.slo {
+        Some(p) => Some(SloFile::load(p)?),
+        None => None,
+    };
+    let cfg = GatewayConfig::resolve(a.listen, &a.upstream, file, &origin, slo)?;
+    let classes: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    let classes = classes.join(", ");
+    let handle = start(cfg).await.context("cannot start the gateway")?;
+    eprintln!(
+        "headroom gateway on http://{} (metrics at /metrics); classes: {classes}; Ctrl-C stops",
+        handle.addr
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("cannot wait for Ctrl-C")?;
+    handle.shutdown().await;
+    Ok(())
+}

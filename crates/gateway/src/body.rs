@@ -1,0 +1,463 @@
+//! Response bodies: the measured pass-through of an upstream response, and the gateway's own
+//! fixed bodies.
+//!
+//! [`MeasuredBody`] hands every upstream frame to the client unchanged (no buffering, no copy)
+//! and timestamps it on arrival, *before* the SSE scan, as the client side does. It owns the
+//! request's admission slot and its measurements, and ends the request exactly once:
+//! * at the end of the upstream body: `stop` / `length` from the last `finish_reason`, or
+//!   `upstream_error` (an error event, `finish_reason` `abort`/`error`, or a stream that ended
+//!   without finishing — then the client gets an SSE error event);
+//! * on an upstream error mid-stream: `upstream_error`, and an SSE error event ends the client's
+//!   stream;
+//! * on the idle or total deadline: `timeout`, the upstream request is dropped (cancelled) and an
+//!   SSE error event ends the stream;
+//! * when hyper drops it before the end (the client disconnected): `client_cancel`; dropping the
+//!   upstream body closes the upstream connection, which is how vLLM learns to abort.
+//!
+//! TTFT and ITL are observed as content chunks arrive; E2E and TPOT only for requests that end
+//! `stop` or `length` (latency objectives are about answers that completed). The idle deadline is
+//! re-armed lazily: a frame only records its time, and the timer, when it fires, moves itself to
+//! the real deadline, so a busy stream costs no timer operation per frame.
+
+use crate::admit::Slot;
+use crate::error::error_event;
+use crate::metrics::{ClassMetrics, GatewayOutcome};
+use crate::sse::{EventInfo, Finish, SseScanner};
+use bytes::Bytes;
+use headroom_core::signal::RequestTiming;
+use http::StatusCode;
+use hyper::body::Incoming;
+use hyper::body::{Body, Frame, SizeHint};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::time::Sleep;
+
+/// Error type of gateway bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A response body the gateway sends.
+#[derive(Debug)]
+pub enum ProxyBody {
+    /// A body the gateway wrote (errors, `/metrics`).
+    Full(Option<Bytes>),
+    /// An upstream body passed through unmeasured (`/v1/models`, `/health`, …).
+    Plain(Incoming),
+    /// A measured completion response.
+    Measured(Box<MeasuredBody>),
+}
+
+impl ProxyBody {
+    /// A fixed body.
+    pub fn full(b: impl Into<Bytes>) -> ProxyBody {
+        ProxyBody::Full(Some(b.into()))
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            ProxyBody::Plain(i) => Pin::new(i).poll_frame(cx).map_err(Into::into),
+            ProxyBody::Measured(m) => Pin::new(m.as_mut()).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Full(b) => b.is_none(),
+            ProxyBody::Plain(i) => i.is_end_stream(),
+            ProxyBody::Measured(m) => matches!(m.state, State::Done),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            ProxyBody::Full(None) => SizeHint::with_exact(0),
+            ProxyBody::Plain(i) => i.size_hint(),
+            ProxyBody::Measured(m) => match (&m.upstream, m.sse) {
+                // A stream may get an error event appended: no exact size.
+                (Some(i), false) => i.size_hint(),
+                _ => SizeHint::default(),
+            },
+        }
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    Streaming,
+    Tail(Bytes),
+    Done,
+}
+
+/// Largest non-streaming body kept (as shared references to the frames) to read its
+/// `finish_reason`; a longer one ends `stop`.
+const MAX_KEPT_BODY: usize = 8 << 20;
+
+/// The measured pass-through of one upstream response (see the module doc).
+#[derive(Debug)]
+pub struct MeasuredBody {
+    upstream: Option<Incoming>,
+    m: Arc<ClassMetrics>,
+    slot: Option<Slot>,
+    accepted: Instant,
+    sse: bool,
+    /// Outcome decided by the response status (non-2xx), applied at the end.
+    fixed: Option<GatewayOutcome>,
+    scanner: SseScanner,
+    first_content: Option<Instant>,
+    last_content: Option<Instant>,
+    finish: Option<Finish>,
+    tokens: Option<u32>,
+    error_event: bool,
+    done_at: Option<Instant>,
+    last_frame: Instant,
+    kept: Vec<Bytes>,
+    kept_len: usize,
+    total_deadline: Instant,
+    idle: Duration,
+    timer: Pin<Box<Sleep>>,
+    state: State,
+    finished: bool,
+}
+
+/// What [`MeasuredBody::new`] needs besides the upstream body.
+#[derive(Debug)]
+pub struct Measure {
+    /// The class's handles.
+    pub metrics: Arc<ClassMetrics>,
+    /// The admission slot, released when the request ends.
+    pub slot: Slot,
+    /// When the gateway accepted the request (read its head).
+    pub accepted: Instant,
+    /// Whether the response is an SSE stream.
+    pub sse: bool,
+    /// The outcome fixed by a non-2xx status, if any.
+    pub fixed: Option<GatewayOutcome>,
+    /// Acceptance + the total timeout.
+    pub total_deadline: Instant,
+    /// Longest silence between two upstream frames.
+    pub idle: Duration,
+}
+
+impl MeasuredBody {
+    /// Wraps `upstream`.
+    pub fn new(upstream: Incoming, m: Measure) -> MeasuredBody {
+        let now = Instant::now();
+        let first = m.total_deadline.min(now + m.idle);
+        MeasuredBody {
+            upstream: Some(upstream),
+            m: m.metrics,
+            slot: Some(m.slot),
+            accepted: m.accepted,
+            sse: m.sse,
+            fixed: m.fixed,
+            scanner: SseScanner::new(),
+            first_content: None,
+            last_content: None,
+            finish: None,
+            tokens: None,
+            error_event: false,
+            done_at: None,
+            last_frame: now,
+            kept: Vec::new(),
+            kept_len: 0,
+            total_deadline: m.total_deadline,
+            idle: m.idle,
+            timer: Box::pin(tokio::time::sleep_until(first.into())),
+            state: State::Streaming,
+            finished: false,
+        }
+    }
+
+    fn on_data(&mut self, data: &Bytes, now: Instant) {
+        if self.fixed.is_some() {
+            return;
+        }
+        if !self.sse {
+            if self.kept_len + data.len() <= MAX_KEPT_BODY {
+                self.kept_len += data.len();
+                self.kept.push(data.clone());
+            } else {
+                self.kept_len = usize::MAX / 2;
+                self.kept.clear();
+            }
+            return;
+        }
+        let MeasuredBody {
+            scanner,
+            m,
+            accepted,
+            first_content,
+            last_content,
+            finish,
+            tokens,
+            error_event,
+            done_at,
+            ..
+        } = self;
+        scanner.feed(data, &mut |ev: EventInfo| {
+            if ev.content {
+                match *last_content {
+                    None => {
+                        m.ttft.observe(now.duration_since(*accepted).as_secs_f64());
+                        *first_content = Some(now);
+                    }
+                    Some(prev) => m.itl.observe(now.duration_since(prev).as_secs_f64()),
+                }
+                *last_content = Some(now);
+            }
+            if ev.finish.is_some() {
+                *finish = ev.finish;
+            }
+            if ev.completion_tokens.is_some() {
+                *tokens = ev.completion_tokens;
+            }
+            *error_event |= ev.error;
+            if ev.done && done_at.is_none() {
+                *done_at = Some(now);
+            }
+        });
+    }
+
+    /// The outcome of a body that ended normally (upstream sent its last frame).
+    fn outcome_at_end(&mut self) -> GatewayOutcome {
+        if let Some(o) = self.fixed {
+            return o;
+        }
+        if !self.sse {
+            if self.kept_len > MAX_KEPT_BODY {
+                return GatewayOutcome::Stop;
+            }
+            let body: Vec<u8> = self.kept.iter().flat_map(|b| b.iter().copied()).collect();
+            self.kept.clear();
+            let (finish, tokens) = non_stream_finish(&body);
+            self.finish = finish;
+            self.tokens = tokens;
+            return match finish {
+                Some(Finish::Stop) => GatewayOutcome::Stop,
+                Some(Finish::Length) => GatewayOutcome::Length,
+                _ => GatewayOutcome::UpstreamError,
+            };
+        }
+        let MeasuredBody {
+            scanner,
+            finish,
+            error_event,
+            ..
+        } = self;
+        scanner.finish(&mut |ev| {
+            if ev.finish.is_some() {
+                *finish = ev.finish;
+            }
+            *error_event |= ev.error;
+        });
+        if self.error_event {
+            return GatewayOutcome::UpstreamError;
+        }
+        match self.finish {
+            Some(Finish::Stop) => GatewayOutcome::Stop,
+            Some(Finish::Length) => GatewayOutcome::Length,
+            _ => GatewayOutcome::UpstreamError,
+        }
+    }
+
+    /// Records the outcome once, observes E2E and TPOT for completed requests, and frees the
+    /// admission slot.
+    fn end(&mut self, o: GatewayOutcome, at: Instant) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.m.outcome(o);
+        if matches!(o, GatewayOutcome::Stop | GatewayOutcome::Length) {
+            let end = self.done_at.unwrap_or(at);
+            let e2e = end.duration_since(self.accepted);
+            self.m.e2e.observe(e2e.as_secs_f64());
+            if let Some(first) = self.first_content {
+                let timing = RequestTiming {
+                    content_chunk_ns: vec![nanos(first.duration_since(self.accepted))],
+                    end_ns: nanos(e2e),
+                    output_tokens: self.tokens,
+                };
+                if let Some(t) = timing.tpot_ns() {
+                    self.m.tpot.observe(t as f64 / 1e9);
+                }
+            }
+        }
+        self.slot = None;
+    }
+
+    /// Ends the stream early: drops the upstream (cancelling it), and for SSE queues an error
+    /// event for the client.
+    fn fail(&mut self, o: GatewayOutcome, status: StatusCode, message: &str) -> Option<BoxError> {
+        self.end(o, Instant::now());
+        self.upstream = None;
+        if self.sse && self.fixed.is_none() {
+            self.state = State::Tail(Bytes::from(error_event(status, message)));
+            None
+        } else {
+            self.state = State::Done;
+            Some(message.to_string().into())
+        }
+    }
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            match std::mem::replace(&mut this.state, State::Streaming) {
+                State::Done => {
+                    this.state = State::Done;
+                    return Poll::Ready(None);
+                }
+                State::Tail(b) => {
+                    this.state = State::Done;
+                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                }
+                State::Streaming => {}
+            }
+            let Some(up) = this.upstream.as_mut() else {
+                this.state = State::Done;
+                return Poll::Ready(None);
+            };
+            match Pin::new(up).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    let now = Instant::now();
+                    this.last_frame = now;
+                    if let Some(d) = frame.data_ref() {
+                        this.on_data(d, now);
+                    }
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    let msg = format!("the upstream connection broke mid-response: {e}");
+                    if let Some(err) =
+                        this.fail(GatewayOutcome::UpstreamError, StatusCode::BAD_GATEWAY, &msg)
+                    {
+                        return Poll::Ready(Some(Err(err)));
+                    }
+                    continue;
+                }
+                Poll::Ready(None) => {
+                    let now = Instant::now();
+                    let o = this.outcome_at_end();
+                    this.end(o, now);
+                    this.upstream = None;
+                    if this.sse
+                        && this.fixed.is_none()
+                        && o == GatewayOutcome::UpstreamError
+                        && !this.error_event
+                        && !matches!(this.finish, Some(Finish::Failed))
+                    {
+                        this.state = State::Tail(Bytes::from(error_event(
+                            StatusCode::BAD_GATEWAY,
+                            "the upstream ended the stream without a finish_reason",
+                        )));
+                        continue;
+                    }
+                    this.state = State::Done;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {}
+            }
+            if this.timer.as_mut().poll(cx).is_ready() {
+                let now = Instant::now();
+                let idle_deadline = this.last_frame + this.idle;
+                if now >= this.total_deadline {
+                    let msg = "the request exceeded the gateway's total timeout";
+                    if let Some(err) =
+                        this.fail(GatewayOutcome::Timeout, StatusCode::GATEWAY_TIMEOUT, msg)
+                    {
+                        return Poll::Ready(Some(Err(err)));
+                    }
+                    continue;
+                }
+                if now >= idle_deadline {
+                    let msg = format!(
+                        "the upstream sent nothing for {:.3} s (the gateway's idle timeout)",
+                        this.idle.as_secs_f64()
+                    );
+                    if let Some(err) =
+                        this.fail(GatewayOutcome::Timeout, StatusCode::GATEWAY_TIMEOUT, &msg)
+                    {
+                        return Poll::Ready(Some(Err(err)));
+                    }
+                    continue;
+                }
+                let next = this.total_deadline.min(idle_deadline);
+                this.timer.as_mut().reset(next.into());
+                // Poll again so the re-armed timer registers the waker.
+                continue;
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+impl Drop for MeasuredBody {
+    fn drop(&mut self) {
+        // Dropped before the end: the client went away (hyper drops the body of a response it
+        // can no longer write). The upstream body is dropped with us, cancelling the request.
+        self.end(GatewayOutcome::ClientCancel, Instant::now());
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `finish_reason` of the first choice and `usage.completion_tokens` of a non-streaming body.
+fn non_stream_finish(body: &[u8]) -> (Option<Finish>, Option<u32>) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return (None, None);
+    };
+    let finish = v
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .and_then(|c| c.get("finish_reason"))
+        .and_then(|f| f.as_str())
+        .map(|f| match f {
+            "length" => Finish::Length,
+            "abort" | "error" => Finish::Failed,
+            _ => Finish::Stop,
+        });
+    let tokens = v
+        .get("usage")
+        .and_then(|u| u.get("completion_tokens"))
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok());
+    (finish, tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_stream_bodies_from_fixtures() {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/fixtures/openai");
+        // completion_stop.json: "stop", 3 tokens; completion_nonstream.txt: "length", 16 tokens.
+        let stop = std::fs::read(dir.join("completion_stop.json")).unwrap();
+        assert_eq!(non_stream_finish(&stop), (Some(Finish::Stop), Some(3)));
+        let raw = std::fs::read(dir.join("completion_nonstream.txt")).unwrap();
+        let i = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        assert_eq!(
+            non_stream_finish(&raw[i + 4..]),
+            (Some(Finish::Length), Some(16))
+        );
+        assert_eq!(non_stream_finish(b"{}"), (None, None));
+    }
+}

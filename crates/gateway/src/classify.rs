@@ -1,0 +1,362 @@
+//! Classification: from a request's route, body and tenant header to a class and tenant label.
+//!
+//! The body is read once, without building a JSON tree: [`RequestFacts::from_body`] walks it
+//! with serde and keeps only `model`, `stream`, `max_tokens` (or `max_completion_tokens`) and
+//! the *size* of `prompt` / `messages`. Prompt tokens are estimated as ⌈characters / 4⌉ over
+//! every string in `prompt` or `messages` (OpenAI's rule of thumb for English text) plus one
+//! token per integer of a token-id prompt; the estimate only chooses a class, it is never
+//! exported. The prompt text itself is never stored, logged or used as a label.
+//!
+//! Label values stay bounded whatever clients send: the class is one of the configured names and
+//! the tenant is an allowlisted name or `other`.
+
+use crate::config::{ClassSpec, GatewayConfig, Route};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::fmt;
+
+/// What classification needs from a request body.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RequestFacts {
+    /// `model`, if a string.
+    pub model: Option<String>,
+    /// `stream: true`.
+    pub stream: bool,
+    /// `max_tokens`, else `max_completion_tokens`, if a non-negative integer.
+    pub max_tokens: Option<u64>,
+    /// Estimated prompt tokens (see the module doc).
+    pub prompt_tokens_est: u64,
+}
+
+/// Why a body is not acceptable JSON.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct BodyError(pub String);
+
+impl RequestFacts {
+    /// Reads the facts from a JSON request body.
+    ///
+    /// # Errors
+    /// [`BodyError`] when the body is not valid JSON or not a JSON object; the message gives
+    /// serde_json's line and column. Fields of unexpected types are ignored here (the upstream
+    /// validates them), so the gateway is never stricter than the server behind it.
+    pub fn from_body(body: &[u8]) -> Result<RequestFacts, BodyError> {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let facts = de
+            .deserialize_map(FactsVisitor)
+            .map_err(|e| BodyError(describe(&e)))?;
+        de.end().map_err(|e| BodyError(describe(&e)))?;
+        Ok(facts)
+    }
+}
+
+fn describe(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let what = match e.classify() {
+        Category::Syntax | Category::Eof | Category::Io => "is not valid JSON",
+        Category::Data => "is not a JSON object",
+    };
+    format!(
+        "the request body {what} (line {}, column {})",
+        e.line(),
+        e.column()
+    )
+}
+
+struct FactsVisitor;
+
+impl<'de> Visitor<'de> for FactsVisitor {
+    type Value = RequestFacts;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RequestFacts, A::Error> {
+        let mut f = RequestFacts::default();
+        let mut max_completion = None;
+        let mut chars = 0u64;
+        let mut ids = 0u64;
+        while let Some(key) = map.next_key::<KeyName>()? {
+            match key.0 {
+                Key::Model => {
+                    f.model = match map.next_value::<serde_json::Value>()? {
+                        serde_json::Value::String(s) => Some(s),
+                        _ => None,
+                    }
+                }
+                Key::Stream => f.stream = map.next_value::<serde_json::Value>()? == true,
+                Key::MaxTokens => f.max_tokens = map.next_value::<serde_json::Value>()?.as_u64(),
+                Key::MaxCompletionTokens => {
+                    max_completion = map.next_value::<serde_json::Value>()?.as_u64();
+                }
+                Key::Prompt | Key::Messages => {
+                    let s = map.next_value::<TextSize>()?;
+                    chars += s.chars;
+                    ids += s.ints;
+                }
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        if f.max_tokens.is_none() {
+            f.max_tokens = max_completion;
+        }
+        f.prompt_tokens_est = chars.div_ceil(4) + ids;
+        Ok(f)
+    }
+}
+
+enum Key {
+    Model,
+    Stream,
+    MaxTokens,
+    MaxCompletionTokens,
+    Prompt,
+    Messages,
+    Other,
+}
+
+struct KeyName(Key);
+
+impl<'de> serde::Deserialize<'de> for KeyName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<KeyName, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = KeyName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<KeyName, E> {
+                Ok(KeyName(match s {
+                    "model" => Key::Model,
+                    "stream" => Key::Stream,
+                    "max_tokens" => Key::MaxTokens,
+                    "max_completion_tokens" => Key::MaxCompletionTokens,
+                    "prompt" => Key::Prompt,
+                    "messages" => Key::Messages,
+                    _ => Key::Other,
+                }))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Characters in every string and the number of integers in any JSON value, without keeping it.
+#[derive(Default)]
+struct TextSize {
+    chars: u64,
+    ints: u64,
+}
+
+impl<'de> serde::Deserialize<'de> for TextSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<TextSize, D::Error> {
+        d.deserialize_any(SizeVisitor)
+    }
+}
+
+struct SizeVisitor;
+
+impl<'de> Visitor<'de> for SizeVisitor {
+    type Value = TextSize;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<TextSize, E> {
+        Ok(TextSize {
+            chars: s.chars().count() as u64,
+            ints: 0,
+        })
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<TextSize, E> {
+        Ok(TextSize { chars: 0, ints: 1 })
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<TextSize, E> {
+        Ok(TextSize { chars: 0, ints: 1 })
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<TextSize, E> {
+        Ok(TextSize::default())
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<TextSize, E> {
+        Ok(TextSize::default())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<TextSize, E> {
+        Ok(TextSize::default())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TextSize, A::Error> {
+        let mut t = TextSize::default();
+        while let Some(s) = seq.next_element::<TextSize>()? {
+            t.chars += s.chars;
+            t.ints += s.ints;
+        }
+        Ok(t)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TextSize, A::Error> {
+        let mut t = TextSize::default();
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            let s = map.next_value::<TextSize>()?;
+            t.chars += s.chars;
+            t.ints += s.ints;
+        }
+        Ok(t)
+    }
+}
+
+/// A request's class and tenant, as indices into the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Classified {
+    /// Index into [`GatewayConfig::classes`].
+    pub class: usize,
+    /// Index into [`GatewayConfig::tenants`], or `tenants.len()` for `other`.
+    pub tenant: usize,
+}
+
+/// The tenant index of a header value: its position in the allowlist, else `other`
+/// (`tenants.len()`). Comparison is exact; a missing header is `other`.
+pub fn tenant_of(cfg: &GatewayConfig, header: Option<&[u8]>) -> usize {
+    header
+        .and_then(|h| cfg.tenants.iter().position(|t| t.as_bytes() == h))
+        .unwrap_or(cfg.tenants.len())
+}
+
+/// The first class whose every condition holds (the default class, last, always does).
+pub fn classify(cfg: &GatewayConfig, route: Route, facts: &RequestFacts, tenant: usize) -> usize {
+    cfg.classes
+        .iter()
+        .position(|c| matches(c, route, facts, tenant))
+        .unwrap_or(cfg.classes.len() - 1)
+}
+
+fn matches(c: &ClassSpec, route: Route, f: &RequestFacts, tenant: usize) -> bool {
+    c.route.is_none_or(|r| r == route)
+        && (c.models.is_empty() || f.model.as_ref().is_some_and(|m| c.models.contains(m)))
+        && (c.tenants.is_empty() || c.tenants.contains(&tenant))
+        && c.prompt_tokens
+            .is_none_or(|r| r.contains(f.prompt_tokens_est))
+        && c.max_tokens
+            .is_none_or(|r| f.max_tokens.is_some_and(|m| r.contains(m)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GatewayFile;
+    use std::path::Path;
+
+    #[test]
+    fn facts_from_bodies() {
+        // 12 characters of text → ⌈12 / 4⌉ = 3 tokens.
+        let f = RequestFacts::from_body(
+            br#"{"model":"m","prompt":"hello world!","max_tokens":7,"stream":true,"temperature":0.5}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            f,
+            RequestFacts {
+                model: Some("m".into()),
+                stream: true,
+                max_tokens: Some(7),
+                prompt_tokens_est: 3
+            }
+        );
+        // Chat: strings "system"(6) + "ab"(2) + "user"(4) + "cdé"(3 chars) = 15 → 4 tokens; no
+        // max_tokens but max_completion_tokens.
+        let f = RequestFacts::from_body(
+            "{\"messages\":[{\"role\":\"system\",\"content\":\"ab\"},{\"role\":\"user\",\"content\":[{\"text\":\"cdé\"}]}],\"max_completion_tokens\":9}".as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(f.prompt_tokens_est, 4); // keys such as "text" are not counted
+        assert_eq!(f.max_tokens, Some(9));
+        assert!(!f.stream);
+        // Token-id prompt: one token per id.
+        let f = RequestFacts::from_body(br#"{"prompt":[1,2,3,4,5],"max_tokens":-1}"#).unwrap();
+        assert_eq!((f.prompt_tokens_est, f.max_tokens), (5, None));
+        // Wrong types are left to the upstream.
+        let f = RequestFacts::from_body(br#"{"model":5,"stream":"yes"}"#).unwrap();
+        assert_eq!((f.model, f.stream), (None, false));
+    }
+
+    #[test]
+    fn malformed_bodies() {
+        for (b, needle) in [
+            (&b"{\"prompt\": \"x\""[..], "not valid JSON"),
+            (b"[1,2]", "not a JSON object"),
+            (b"", "not valid JSON"),
+            (b"{} extra", "not valid JSON"),
+            (b"{\"a\":1,}", "not valid JSON"),
+        ] {
+            let e = RequestFacts::from_body(b).unwrap_err().0;
+            assert!(e.contains(needle), "{:?}: {e}", String::from_utf8_lossy(b));
+            assert!(e.contains("line 1"), "{e}");
+        }
+    }
+
+    #[test]
+    fn rules_first_match_and_tenants() {
+        let f = GatewayFile::parse(
+            "upstreams: [http://a:1]\n\
+             pools: {long: [http://b:1]}\n\
+             tenants: [gold]\n\
+             classes:\n\
+             \x20 - {name: long_context, prompt_tokens: {min: 100}, pool: long}\n\
+             \x20 - {name: gold_chat, route: chat, tenants: [gold]}\n\
+             \x20 - {name: short, max_tokens: {max: 64}, models: [m1]}\n",
+            Path::new("g.yaml"),
+        )
+        .unwrap();
+        let cfg =
+            GatewayConfig::resolve("127.0.0.1:0".parse().unwrap(), &[], f, "g.yaml", None).unwrap();
+        let gold = tenant_of(&cfg, Some(b"gold"));
+        assert_eq!(gold, 0);
+        assert_eq!(tenant_of(&cfg, Some(b"GOLD")), 1);
+        assert_eq!(tenant_of(&cfg, None), 1);
+        let facts = |p: u64, mt: Option<u64>, m: &str| RequestFacts {
+            model: Some(m.into()),
+            stream: true,
+            max_tokens: mt,
+            prompt_tokens_est: p,
+        };
+        let name = |i: usize| cfg.classes[i].name.as_str();
+        assert_eq!(
+            name(classify(&cfg, Route::Chat, &facts(100, None, "m1"), gold)),
+            "long_context"
+        );
+        assert_eq!(
+            name(classify(&cfg, Route::Chat, &facts(99, None, "m1"), gold)),
+            "gold_chat"
+        );
+        assert_eq!(
+            name(classify(
+                &cfg,
+                Route::Completions,
+                &facts(99, Some(63), "m1"),
+                gold
+            )),
+            "short"
+        );
+        assert_eq!(
+            name(classify(
+                &cfg,
+                Route::Completions,
+                &facts(99, Some(64), "m1"),
+                gold
+            )),
+            "default"
+        );
+        assert_eq!(
+            name(classify(
+                &cfg,
+                Route::Completions,
+                &facts(9, None, "m1"),
+                gold
+            )),
+            "default"
+        );
+        assert_eq!(
+            name(classify(&cfg, Route::Chat, &facts(9, Some(1), "m2"), 1)),
+            "default"
+        );
+    }
+}

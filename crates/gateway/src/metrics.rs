@@ -1,0 +1,465 @@
+//! The gateway's own Prometheus series, served at `/metrics` on the listen address.
+//!
+//! | series | type | labels | meaning |
+//! |---|---|---|---|
+//! | `headroom_gateway_ttft_seconds` | histogram | class, tenant | acceptance → first chunk carrying generated text |
+//! | `headroom_gateway_itl_seconds` | histogram | class, tenant | each gap between content chunks |
+//! | `headroom_gateway_tpot_seconds` | histogram | class, tenant | (E2E − TTFT) / (output tokens − 1), per request with `usage` |
+//! | `headroom_gateway_e2e_seconds` | histogram | class, tenant | acceptance → end of the response |
+//! | `headroom_gateway_queue_seconds` | histogram | class, tenant | time waiting for an admission slot in the gateway |
+//! | `headroom_gateway_requests_total` | counter | class, tenant, outcome | finished requests by [`GatewayOutcome`] |
+//! | `headroom_gateway_in_flight` | gauge | class | requests holding an admission slot |
+//! | `headroom_gateway_queued` | gauge | class | requests waiting for one |
+//! | `headroom_gateway_invalid_requests_total` | counter | reason | requests refused before classification |
+//!
+//! The signals are [`headroom_core::signal`]'s definitions with the gateway's acceptance (the
+//! moment the request head was read) as the start. Names and the `class` label are those
+//! `headroom-slo` queries (`catalogue::gateway_histogram`). Bucket bounds come from
+//! [`bucket_bounds`]: a fixed ladder plus, for every threshold of the signal in `slo.yaml`, the
+//! threshold itself and its neighbourhood, so `histogram_quantile` and the SLO ratio rules are
+//! exact at the threshold. Bounds are rounded to 12 significant digits so `le` prints as
+//! `headroom_slo::promql::le_value` expects (`0.3`, not `0.30000000000000004`).
+//!
+//! Label values are bounded by construction: classes and tenants come from the configuration
+//! (plus `other`), outcomes and reasons from fixed lists. Handles for a (class, tenant) pair are
+//! created on first use and cached, so the hot path never hashes a label set.
+
+use headroom_core::signal::LatencySignal;
+use headroom_core::slo::{Objective, SloFile};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::{Arc, OnceLock};
+
+/// How a request handled by the gateway ended (the `outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GatewayOutcome {
+    /// The stream or body ended with `finish_reason: stop` (or another normal reason).
+    Stop,
+    /// `finish_reason: length`.
+    Length,
+    /// The client went away before the response ended; the upstream request was cancelled.
+    ClientCancel,
+    /// The upstream could not be reached, answered 5xx or 429, broke mid-stream, sent an error
+    /// event, or the engine aborted the request.
+    UpstreamError,
+    /// A gateway timeout (first byte, idle or total) ended the request.
+    Timeout,
+    /// Admission refused the request (queue full or queue timeout).
+    Rejected,
+    /// The upstream refused the request as invalid (4xx other than 429).
+    InvalidRequest,
+}
+
+impl GatewayOutcome {
+    /// Every outcome, in label order.
+    pub const ALL: [GatewayOutcome; 7] = [
+        GatewayOutcome::Stop,
+        GatewayOutcome::Length,
+        GatewayOutcome::ClientCancel,
+        GatewayOutcome::UpstreamError,
+        GatewayOutcome::Timeout,
+        GatewayOutcome::Rejected,
+        GatewayOutcome::InvalidRequest,
+    ];
+
+    /// The `outcome` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            GatewayOutcome::Stop => "stop",
+            GatewayOutcome::Length => "length",
+            GatewayOutcome::ClientCancel => "client_cancel",
+            GatewayOutcome::UpstreamError => "upstream_error",
+            GatewayOutcome::Timeout => "timeout",
+            GatewayOutcome::Rejected => "rejected",
+            GatewayOutcome::InvalidRequest => "invalid_request",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Why a request was refused before it could be classified (the `reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvalidReason {
+    /// 400: the body is not a JSON object.
+    MalformedJson,
+    /// 413: the body is over `max_body_bytes`.
+    BodyTooLarge,
+    /// 408: the body did not arrive within `timeouts.body_read`.
+    BodyTimeout,
+    /// 401: missing or wrong API key.
+    Unauthorized,
+    /// 404: a path the gateway does not forward.
+    NotFound,
+}
+
+impl InvalidReason {
+    /// Every reason, in label order.
+    pub const ALL: [InvalidReason; 5] = [
+        InvalidReason::MalformedJson,
+        InvalidReason::BodyTooLarge,
+        InvalidReason::BodyTimeout,
+        InvalidReason::Unauthorized,
+        InvalidReason::NotFound,
+    ];
+
+    /// The `reason` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            InvalidReason::MalformedJson => "malformed_json",
+            InvalidReason::BodyTooLarge => "body_too_large",
+            InvalidReason::BodyTimeout => "body_timeout",
+            InvalidReason::Unauthorized => "unauthorized",
+            InvalidReason::NotFound => "not_found",
+        }
+    }
+}
+
+/// The fixed part of every latency histogram's bounds, seconds: 0.5 ms to 5 min.
+pub const BASE_BOUNDS_S: [f64; 18] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
+    60.0, 120.0, 300.0,
+];
+
+/// Factors around each SLO threshold that become bounds too (its neighbourhood).
+pub const NEIGHBOURHOOD: [f64; 8] = [0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0];
+
+/// Smallest bound kept, seconds (finer bounds would print with an exponent).
+const MIN_BOUND_S: f64 = 1e-4;
+
+/// `x` rounded to 12 significant digits, the form `le_value` prints.
+fn clean(x: f64) -> f64 {
+    format!("{x:.11e}").parse().unwrap_or(x)
+}
+
+/// Bucket bounds of the gateway histogram for `signal`, ascending, in seconds: [`BASE_BOUNDS_S`]
+/// plus `t × f` for every threshold `t` of `signal` in any class of `slo` and every `f` in
+/// [`NEIGHBOURHOOD`] (so `t` itself), rounded to 12 significant digits, at least 0.1 ms.
+/// [`LatencySignal::QueueTime`] thresholds shape the gateway's queue histogram.
+pub fn bucket_bounds(slo: Option<&SloFile>, signal: LatencySignal) -> Vec<f64> {
+    let mut v: Vec<f64> = BASE_BOUNDS_S.to_vec();
+    if let Some(slo) = slo {
+        for class in slo.objectives.keys() {
+            for o in slo.spec_for(class).objectives {
+                if let Objective::Latency {
+                    signal: s,
+                    threshold_s,
+                    ..
+                } = o
+                    && s == signal
+                {
+                    v.extend(NEIGHBOURHOOD.iter().map(|f| threshold_s * f));
+                }
+            }
+        }
+    }
+    let mut v: Vec<f64> = v
+        .into_iter()
+        .map(clean)
+        .filter(|x| x.is_finite() && *x >= MIN_BOUND_S)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v.dedup();
+    v
+}
+
+#[derive(Debug, Clone)]
+struct Bounds(Arc<Vec<f64>>);
+
+impl MetricConstructor<Histogram> for Bounds {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(self.0.iter().copied())
+    }
+}
+
+type Labels2 = [(&'static str, String); 2];
+type HistFamily = Family<Labels2, Histogram, Bounds>;
+
+/// Metric handles of one (class, tenant) pair: cloned out of the families once, then used
+/// without any lookup.
+#[derive(Debug)]
+pub struct ClassMetrics {
+    /// TTFT, seconds.
+    pub ttft: Histogram,
+    /// ITL, seconds.
+    pub itl: Histogram,
+    /// TPOT, seconds.
+    pub tpot: Histogram,
+    /// E2E, seconds.
+    pub e2e: Histogram,
+    /// Time queued in the gateway, seconds.
+    pub queue: Histogram,
+    outcomes: [Counter; 7],
+}
+
+impl ClassMetrics {
+    /// Counts one finished request.
+    pub fn outcome(&self, o: GatewayOutcome) {
+        self.outcomes[o.index()].inc();
+    }
+}
+
+/// The registry and every family; see the module doc for the series.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    ttft: HistFamily,
+    itl: HistFamily,
+    tpot: HistFamily,
+    e2e: HistFamily,
+    queue: HistFamily,
+    requests: Family<[(&'static str, String); 3], Counter>,
+    in_flight: Family<[(&'static str, String); 1], Gauge>,
+    queued: Family<[(&'static str, String); 1], Gauge>,
+    invalid: Vec<Counter>,
+    classes: Vec<String>,
+    tenants: Vec<String>,
+    handles: Vec<OnceLock<Arc<ClassMetrics>>>,
+}
+
+impl Metrics {
+    /// Families for `classes` × (`tenants` + `other`), with bounds from `slo`.
+    pub fn new(classes: &[String], tenants: &[String], slo: Option<&SloFile>) -> Metrics {
+        let mut registry = Registry::default();
+        let hist = |signal| Bounds(Arc::new(bucket_bounds(slo, signal)));
+        let ttft = HistFamily::new_with_constructor(hist(LatencySignal::Ttft));
+        let itl = HistFamily::new_with_constructor(hist(LatencySignal::Itl));
+        let tpot = HistFamily::new_with_constructor(hist(LatencySignal::Tpot));
+        let e2e = HistFamily::new_with_constructor(hist(LatencySignal::E2e));
+        let queue = HistFamily::new_with_constructor(hist(LatencySignal::QueueTime));
+        registry.register(
+            "headroom_gateway_ttft_seconds",
+            "Time to first token from acceptance at the gateway (first chunk carrying generated text)",
+            ttft.clone(),
+        );
+        registry.register(
+            "headroom_gateway_itl_seconds",
+            "Inter-token latency: each gap between consecutive content chunks",
+            itl.clone(),
+        );
+        registry.register(
+            "headroom_gateway_tpot_seconds",
+            "Time per output token: (E2E - TTFT) / (output tokens - 1), requests with usage",
+            tpot.clone(),
+        );
+        registry.register(
+            "headroom_gateway_e2e_seconds",
+            "End-to-end latency from acceptance at the gateway to the end of the response",
+            e2e.clone(),
+        );
+        registry.register(
+            "headroom_gateway_queue_seconds",
+            "Time waiting for a per-class admission slot in the gateway",
+            queue.clone(),
+        );
+        let requests = Family::<[(&'static str, String); 3], Counter>::default();
+        registry.register(
+            "headroom_gateway_requests",
+            "Finished requests by class, tenant and outcome",
+            requests.clone(),
+        );
+        let in_flight = Family::<[(&'static str, String); 1], Gauge>::default();
+        registry.register(
+            "headroom_gateway_in_flight",
+            "Requests holding an admission slot",
+            in_flight.clone(),
+        );
+        let queued = Family::<[(&'static str, String); 1], Gauge>::default();
+        registry.register(
+            "headroom_gateway_queued",
+            "Requests waiting for an admission slot",
+            queued.clone(),
+        );
+        let invalid_f = Family::<[(&'static str, String); 1], Counter>::default();
+        registry.register(
+            "headroom_gateway_invalid_requests",
+            "Requests refused before classification, by reason",
+            invalid_f.clone(),
+        );
+        let invalid = InvalidReason::ALL
+            .iter()
+            .map(|r| invalid_f.get_or_create_owned(&[("reason", r.label().to_string())]))
+            .collect();
+        let mut tenants = tenants.to_vec();
+        tenants.push(crate::config::OTHER_TENANT.to_string());
+        let handles = (0..classes.len() * tenants.len())
+            .map(|_| OnceLock::new())
+            .collect();
+        Metrics {
+            registry,
+            ttft,
+            itl,
+            tpot,
+            e2e,
+            queue,
+            requests,
+            in_flight,
+            queued,
+            invalid,
+            classes: classes.to_vec(),
+            tenants,
+            handles,
+        }
+    }
+
+    /// Handles of (`class`, `tenant`) (indices as in [`crate::classify::Classified`]).
+    ///
+    /// # Panics
+    /// Never for indices from classification; out-of-range indices are clamped to the last
+    /// class and `other`.
+    pub fn class(&self, class: usize, tenant: usize) -> Arc<ClassMetrics> {
+        let c = class.min(self.classes.len() - 1);
+        let t = tenant.min(self.tenants.len() - 1);
+        self.handles[c * self.tenants.len() + t]
+            .get_or_init(|| {
+                let l: Labels2 = [
+                    ("class", self.classes[c].clone()),
+                    ("tenant", self.tenants[t].clone()),
+                ];
+                let outcomes = GatewayOutcome::ALL.map(|o| {
+                    self.requests.get_or_create_owned(&[
+                        ("class", self.classes[c].clone()),
+                        ("tenant", self.tenants[t].clone()),
+                        ("outcome", o.label().to_string()),
+                    ])
+                });
+                Arc::new(ClassMetrics {
+                    ttft: self.ttft.get_or_create_owned(&l),
+                    itl: self.itl.get_or_create_owned(&l),
+                    tpot: self.tpot.get_or_create_owned(&l),
+                    e2e: self.e2e.get_or_create_owned(&l),
+                    queue: self.queue.get_or_create_owned(&l),
+                    outcomes,
+                })
+            })
+            .clone()
+    }
+
+    /// The `in_flight` and `queued` gauges of `class`.
+    pub fn admission_gauges(&self, class: &str) -> (Gauge, Gauge) {
+        let l = [("class", class.to_string())];
+        (
+            self.in_flight.get_or_create_owned(&l),
+            self.queued.get_or_create_owned(&l),
+        )
+    }
+
+    /// Counts a request refused before classification.
+    pub fn invalid(&self, r: InvalidReason) {
+        if let Some(c) = self.invalid.get(r as usize) {
+            c.inc();
+        }
+    }
+
+    /// The OpenMetrics text of every series (content type [`CONTENT_TYPE`]).
+    pub fn render(&self) -> String {
+        let mut s = String::with_capacity(64 * 1024);
+        // Writing into a String cannot fail.
+        let _ = encode(&mut s, &self.registry);
+        s
+    }
+}
+
+/// Content type of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn slo() -> SloFile {
+        SloFile::parse(
+            "objectives:\n  \"*\": {ttft: {p95: 300ms}, itl: {p95: 50ms}, queue_time: {p99: 10ms}}\n  long: {ttft: {p99: 2.5s}, e2e: {p50: 7s}}\n",
+            Path::new("slo.yaml"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn bounds_include_thresholds_and_neighbourhood() {
+        let s = slo();
+        let b = bucket_bounds(Some(&s), LatencySignal::Ttft);
+        // 300 ms × {0.5 … 2} = 0.15, 0.24, 0.27, 0.3, 0.33, 0.375, 0.45, 0.6 (by hand).
+        for x in [
+            0.15, 0.24, 0.27, 0.3, 0.33, 0.375, 0.45, 0.6, 1.25, 2.0, 2.25, 2.5, 2.75, 3.125, 3.75,
+            5.0,
+        ] {
+            assert!(b.contains(&x), "{x} missing from {b:?}");
+        }
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+        let itl = bucket_bounds(Some(&s), LatencySignal::Itl);
+        for x in [0.025, 0.04, 0.045, 0.05, 0.055, 0.0625, 0.075, 0.1] {
+            assert!(itl.contains(&x), "{x} missing from {itl:?}");
+        }
+        assert_eq!(
+            bucket_bounds(None, LatencySignal::Tpot),
+            BASE_BOUNDS_S.to_vec()
+        );
+        assert!(bucket_bounds(Some(&s), LatencySignal::QueueTime).contains(&0.011));
+    }
+
+    #[test]
+    fn le_values_match_what_slo_rules_query() {
+        let s = slo();
+        let m = Metrics::new(&["chat".into(), "long".into()], &["t1".into()], Some(&s));
+        m.class(0, 0).ttft.observe(0.29);
+        m.class(1, 1).e2e.observe(6.0);
+        let text = m.render();
+        for (family, signal) in [
+            ("headroom_gateway_ttft_seconds", LatencySignal::Ttft),
+            ("headroom_gateway_e2e_seconds", LatencySignal::E2e),
+        ] {
+            let bounds = bucket_bounds(Some(&s), signal);
+            let les: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("{family}_bucket{{")))
+                .filter(|l| l.contains("class=\"chat\""))
+                .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next())
+                .filter(|le| *le != "+Inf")
+                .collect();
+            let want: Vec<String> = bounds
+                .iter()
+                .map(|b| headroom_slo::promql::le_value(*b))
+                .collect();
+            assert_eq!(les, want, "{family}");
+        }
+        // The SLO threshold's own bucket, as the slo rules select it.
+        assert!(
+            text.contains(
+                "headroom_gateway_ttft_seconds_bucket{le=\"0.3\",class=\"chat\",tenant=\"t1\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "headroom_gateway_e2e_seconds_bucket{le=\"7.0\",class=\"long\",tenant=\"other\"} 1"
+        ));
+        assert!(text.contains(
+            "headroom_gateway_requests_total{class=\"chat\",tenant=\"t1\",outcome=\"rejected\"} 0"
+        ));
+    }
+
+    #[test]
+    fn smallest_bounds_print_without_exponent() {
+        let s = SloFile::parse(
+            "objectives:\n  \"*\": {itl: {p50: 150us}}\n",
+            Path::new("slo.yaml"),
+        )
+        .unwrap();
+        let b = bucket_bounds(Some(&s), LatencySignal::Itl);
+        assert_eq!(b[0], 1.2e-4); // 150 µs × 0.8; 75 µs is below the 0.1 ms floor
+        let m = Metrics::new(&["c".into()], &[], Some(&s));
+        m.class(0, 0).itl.observe(0.0001);
+        let text = m.render();
+        for x in &b {
+            let le = headroom_slo::promql::le_value(*x);
+            assert!(text.contains(&format!("le=\"{le}\"")), "{le} not in output");
+        }
+    }
+}

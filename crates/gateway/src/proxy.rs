@@ -1,0 +1,636 @@
+//! The pipeline, assembled in one place: accept → correlate → authenticate → read body →
+//! classify → admit → forward → measure → export.
+//!
+//! One HTTP/1.1 server (hyper) on the listen address serves `/metrics` itself and forwards the
+//! OpenAI API: `POST /v1/chat/completions` and `POST /v1/completions` are classified, admitted
+//! and measured; the rest of `/v1/*` and `/health`, `/version`, `/ping`, `/tokenize`,
+//! `/detokenize` pass through unmeasured; any other path is a 404 (engine admin endpoints are not
+//! exposed). Upstreams are reached with hyper-util's pooled client (`TCP_NODELAY`, connect
+//! timeout); a pool is used round-robin, and a request whose connection could not be made is
+//! tried once on each other member of its pool (it never reached an engine, so this is safe).
+//!
+//! Status codes the gateway answers itself: 400 malformed JSON, 401 bad API key, 404 unknown
+//! path, 408 body too slow, 413 body too large, 429 queue full, 503 queue timeout, 502 upstream
+//! unreachable, 504 no response head within `first_byte`. Every response carries `x-request-id`
+//! and `traceparent` (see [`crate::ids`]). Prompts and completions are never logged.
+
+use crate::admit::{Limiter, Refusal, Slot};
+use crate::body::{Measure, MeasuredBody, ProxyBody};
+use crate::classify::{RequestFacts, classify, tenant_of};
+use crate::config::{GatewayConfig, Route, Upstream, is_hop_by_hop};
+use crate::error::error_json;
+use crate::ids;
+use crate::metrics::{CONTENT_TYPE, GatewayOutcome, InvalidReason, Metrics};
+use bytes::{Bytes, BytesMut};
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE as CT, HeaderValue, RETRY_AFTER};
+use http::{HeaderName, Method, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// How long [`GatewayHandle::shutdown`] lets open connections finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Shared state of a running gateway.
+#[derive(Debug)]
+pub struct Gateway {
+    cfg: GatewayConfig,
+    metrics: Metrics,
+    limiters: Vec<Option<Limiter>>,
+    pools: BTreeMap<String, Pool>,
+    client: Client<HttpConnector, Full<Bytes>>,
+    upstream_auth: Option<HeaderValue>,
+}
+
+#[derive(Debug)]
+struct Pool {
+    members: Vec<Upstream>,
+    next: AtomicUsize,
+}
+
+impl Gateway {
+    /// Builds the state: metrics families, one limiter per limited class, the upstream client.
+    pub fn new(cfg: GatewayConfig) -> Gateway {
+        let names: Vec<String> = cfg.classes.iter().map(|c| c.name.clone()).collect();
+        let metrics = Metrics::new(&names, &cfg.tenants, cfg.slo.as_ref());
+        let limiters = cfg
+            .classes
+            .iter()
+            .map(|c| {
+                c.concurrency.clone().map(|k| {
+                    let (in_flight, queued) = metrics.admission_gauges(&c.name);
+                    Limiter::new(k, in_flight, queued)
+                })
+            })
+            .collect();
+        let pools = cfg
+            .pools
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    Pool {
+                        members: v.clone(),
+                        next: AtomicUsize::new(0),
+                    },
+                )
+            })
+            .collect();
+        let mut conn = HttpConnector::new();
+        conn.set_nodelay(true);
+        conn.set_connect_timeout(Some(cfg.timeouts.connect));
+        conn.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(4096)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(conn);
+        let upstream_auth = cfg.upstream_api_key.as_ref().and_then(|k| {
+            let mut v = HeaderValue::from_str(&format!("Bearer {k}")).ok()?;
+            v.set_sensitive(true);
+            Some(v)
+        });
+        Gateway {
+            cfg,
+            metrics,
+            limiters,
+            pools,
+            client,
+            upstream_auth,
+        }
+    }
+
+    /// The configuration it runs on.
+    pub fn config(&self) -> &GatewayConfig {
+        &self.cfg
+    }
+
+    /// The gateway's series as OpenMetrics text (what `/metrics` serves).
+    pub fn metrics_text(&self) -> String {
+        self.metrics.render()
+    }
+
+    /// Handles one request (the whole pipeline). Never fails: every problem is a response.
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<ProxyBody> {
+        let accepted = Instant::now();
+        if req.uri().path() == "/metrics" && req.method() == Method::GET {
+            let mut r = Response::new(ProxyBody::full(self.metrics.render()));
+            r.headers_mut()
+                .insert(CT, HeaderValue::from_static(CONTENT_TYPE));
+            return r;
+        }
+        let rid = ids::request_id(req.headers().get(X_REQUEST_ID));
+        let (tp, tp_valid) = ids::traceparent(req.headers().get(TRACEPARENT));
+        let corr = Correlation {
+            rid: rid.clone(),
+            tp: tp.clone(),
+            tracestate: if tp_valid {
+                req.headers().get(TRACESTATE).cloned()
+            } else {
+                None
+            },
+        };
+        let mut resp = self.pipeline(req, accepted, &corr).await;
+        let h = resp.headers_mut();
+        h.insert(X_REQUEST_ID, rid);
+        h.insert(TRACEPARENT, tp);
+        resp
+    }
+
+    async fn pipeline(
+        &self,
+        req: Request<Incoming>,
+        accepted: Instant,
+        corr: &Correlation,
+    ) -> Response<ProxyBody> {
+        let path = req.uri().path();
+        let route = Route::of_path(path).filter(|_| req.method() == Method::POST);
+        if route.is_none() && !passthrough_path(path) {
+            self.metrics.invalid(InvalidReason::NotFound);
+            return error(
+                StatusCode::NOT_FOUND,
+                &format!("no route {path} at the gateway"),
+            );
+        }
+        if let Some(key) = &self.cfg.api_key
+            && !authorized(req.headers().get(AUTHORIZATION), key)
+        {
+            self.metrics.invalid(InvalidReason::Unauthorized);
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "missing or invalid API key; send `Authorization: Bearer <key>`",
+            );
+        }
+        let (parts, body) = req.into_parts();
+        let body = match self.read_body(&parts, body).await {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let Some(route) = route else {
+            return self.forward_plain(&parts, body, corr).await;
+        };
+        let facts = match RequestFacts::from_body(&body) {
+            Ok(f) => f,
+            Err(e) => {
+                self.metrics.invalid(InvalidReason::MalformedJson);
+                return error(StatusCode::BAD_REQUEST, &e.0);
+            }
+        };
+        let tenant = tenant_of(
+            &self.cfg,
+            parts
+                .headers
+                .get(&self.cfg.tenant_header)
+                .map(HeaderValue::as_bytes),
+        );
+        let class = classify(&self.cfg, route, &facts, tenant);
+        let m = self.metrics.class(class, tenant);
+        let slot = match &self.limiters[class] {
+            None => {
+                m.queue.observe(0.0);
+                Slot::unlimited()
+            }
+            Some(l) => match l.admit().await {
+                Ok((slot, waited)) => {
+                    m.queue.observe(waited.as_secs_f64());
+                    slot
+                }
+                Err(r) => {
+                    m.outcome(GatewayOutcome::Rejected);
+                    return refusal(r, &self.cfg.classes[class].name);
+                }
+            },
+        };
+        let pool = &self.cfg.classes[class].pool;
+        let resp = match self.forward(pool, &parts, body, corr).await {
+            Ok(r) => r,
+            Err((o, r)) => {
+                m.outcome(o);
+                return r;
+            }
+        };
+        let status = resp.status();
+        let fixed = if status.is_success() {
+            None
+        } else if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+            Some(GatewayOutcome::UpstreamError)
+        } else {
+            Some(GatewayOutcome::InvalidRequest)
+        };
+        let (mut rparts, rbody) = resp.into_parts();
+        let sse = rparts
+            .headers
+            .get(CT)
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        strip_hop_by_hop(&mut rparts.headers, sse);
+        let body = MeasuredBody::new(
+            rbody,
+            Measure {
+                metrics: m,
+                slot,
+                accepted,
+                sse,
+                fixed,
+                total_deadline: accepted + self.cfg.timeouts.total,
+                idle: self.cfg.timeouts.idle,
+            },
+        );
+        Response::from_parts(rparts, ProxyBody::Measured(Box::new(body)))
+    }
+
+    /// Reads the whole request body within `max_body_bytes` and `timeouts.body_read`.
+    async fn read_body(
+        &self,
+        parts: &http::request::Parts,
+        mut body: Incoming,
+    ) -> Result<Bytes, Response<ProxyBody>> {
+        let limit = self.cfg.max_body_bytes;
+        let too_large = || {
+            self.metrics.invalid(InvalidReason::BodyTooLarge);
+            error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("the request body is larger than the gateway's limit of {limit} bytes"),
+            )
+        };
+        if let Some(n) = parts
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            && n > limit as u64
+        {
+            return Err(too_large());
+        }
+        let read = async {
+            let mut buf = BytesMut::new();
+            while let Some(f) = body.frame().await {
+                let f = f.map_err(|e| format!("the request body could not be read: {e}"))?;
+                if let Some(d) = f.data_ref() {
+                    if buf.len() + d.len() > limit {
+                        return Ok(None);
+                    }
+                    buf.extend_from_slice(d);
+                }
+            }
+            Ok::<_, String>(Some(buf.freeze()))
+        };
+        match tokio::time::timeout(self.cfg.timeouts.body_read, read).await {
+            Ok(Ok(Some(b))) => Ok(b),
+            Ok(Ok(None)) => Err(too_large()),
+            Ok(Err(m)) => Err(error(StatusCode::BAD_REQUEST, &m)),
+            Err(_) => {
+                self.metrics.invalid(InvalidReason::BodyTimeout);
+                Err(error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    &format!(
+                        "the request body did not arrive within {:.3} s",
+                        self.cfg.timeouts.body_read.as_secs_f64()
+                    ),
+                ))
+            }
+        }
+    }
+
+    fn upstream_request(
+        &self,
+        up: &Upstream,
+        parts: &http::request::Parts,
+        body: Bytes,
+        corr: &Correlation,
+    ) -> Option<Request<Full<Bytes>>> {
+        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri: Uri = format!("{}{}{}", up.base, up.prefix, pq).parse().ok()?;
+        let mut b = Request::builder().method(parts.method.clone()).uri(uri);
+        let h = b.headers_mut()?;
+        for name in &self.cfg.forward_headers {
+            for v in parts.headers.get_all(name) {
+                h.append(name.clone(), v.clone());
+            }
+        }
+        h.insert(X_REQUEST_ID, corr.rid.clone());
+        h.insert(TRACEPARENT, corr.tp.clone());
+        if let Some(ts) = &corr.tracestate {
+            h.insert(TRACESTATE, ts.clone());
+        }
+        if let Some(a) = &self.upstream_auth {
+            h.insert(AUTHORIZATION, a.clone());
+        }
+        b.body(Full::new(body)).ok()
+    }
+
+    /// Sends to the pool's members in round-robin order until one accepts the connection.
+    async fn forward(
+        &self,
+        pool: &str,
+        parts: &http::request::Parts,
+        body: Bytes,
+        corr: &Correlation,
+    ) -> Result<Response<Incoming>, (GatewayOutcome, Response<ProxyBody>)> {
+        let Some(p) = self.pools.get(pool) else {
+            return Err((
+                GatewayOutcome::UpstreamError,
+                error(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("no upstream pool `{pool}`"),
+                ),
+            ));
+        };
+        let n = p.members.len();
+        let start = p.next.fetch_add(1, Ordering::Relaxed);
+        let mut reasons = Vec::new();
+        for i in 0..n {
+            let up = &p.members[(start + i) % n];
+            let Some(req) = self.upstream_request(up, parts, body.clone(), corr) else {
+                return Err((
+                    GatewayOutcome::InvalidRequest,
+                    error(
+                        StatusCode::BAD_REQUEST,
+                        "the request URI cannot be forwarded",
+                    ),
+                ));
+            };
+            let first_byte = self.cfg.timeouts.first_byte;
+            match tokio::time::timeout(first_byte, self.client.request(req)).await {
+                Ok(Ok(r)) => return Ok(r),
+                Ok(Err(e)) if e.is_connect() => {
+                    reasons.push(format!("{}: {}", up.base, describe(&e)));
+                }
+                Ok(Err(e)) => {
+                    return Err((
+                        GatewayOutcome::UpstreamError,
+                        error(
+                            StatusCode::BAD_GATEWAY,
+                            &format!("upstream {} failed: {}", up.base, describe(&e)),
+                        ),
+                    ));
+                }
+                Err(_) => {
+                    return Err((
+                        GatewayOutcome::Timeout,
+                        error(
+                            StatusCode::GATEWAY_TIMEOUT,
+                            &format!(
+                                "upstream {} sent no response head within {:.3} s",
+                                up.base,
+                                first_byte.as_secs_f64()
+                            ),
+                        ),
+                    ));
+                }
+            }
+        }
+        Err((
+            GatewayOutcome::UpstreamError,
+            error(
+                StatusCode::BAD_GATEWAY,
+                &format!(
+                    "no upstream of pool `{pool}` could be reached: {}",
+                    reasons.join("; ")
+                ),
+            ),
+        ))
+    }
+
+    /// Forwards an unmeasured request (models, health, …) and passes the answer through.
+    async fn forward_plain(
+        &self,
+        parts: &http::request::Parts,
+        body: Bytes,
+        corr: &Correlation,
+    ) -> Response<ProxyBody> {
+        match self
+            .forward(crate::config::DEFAULT_POOL, parts, body, corr)
+            .await
+        {
+            Ok(r) => {
+                let (mut p, b) = r.into_parts();
+                strip_hop_by_hop(&mut p.headers, false);
+                Response::from_parts(p, ProxyBody::Plain(b))
+            }
+            Err((_, r)) => r,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Correlation {
+    rid: HeaderValue,
+    tp: HeaderValue,
+    tracestate: Option<HeaderValue>,
+}
+
+fn passthrough_path(path: &str) -> bool {
+    path.starts_with("/v1/")
+        || matches!(
+            path,
+            "/health" | "/version" | "/ping" | "/tokenize" | "/detokenize"
+        )
+}
+
+/// `Authorization: Bearer <key>` compared in constant time (for keys of the same length).
+fn authorized(h: Option<&HeaderValue>, key: &str) -> bool {
+    let Some(token) = h.and_then(|v| v.as_bytes().strip_prefix(b"Bearer ")) else {
+        return false;
+    };
+    token.ct_eq(key.as_bytes()).into()
+}
+
+fn strip_hop_by_hop(h: &mut http::HeaderMap, sse: bool) {
+    let drop: Vec<HeaderName> = h
+        .keys()
+        .filter(|k| is_hop_by_hop(k) && (sse || *k != CONTENT_LENGTH))
+        .cloned()
+        .collect();
+    for k in drop {
+        h.remove(k);
+    }
+}
+
+fn describe(e: &hyper_util::client::legacy::Error) -> String {
+    use std::error::Error;
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// A gateway-written error response in the OpenAI shape.
+pub fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
+    let mut r = Response::new(ProxyBody::full(error_json(status, message)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CT, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn refusal(r: Refusal, class: &str) -> Response<ProxyBody> {
+    let (status, secs, msg) = match r {
+        Refusal::QueueFull { retry_after_s } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            retry_after_s,
+            format!("class `{class}` is at its concurrency limit and its wait queue is full"),
+        ),
+        Refusal::QueueTimeout {
+            retry_after_s,
+            waited,
+        } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            retry_after_s,
+            format!(
+                "class `{class}` had no free slot within {:.3} s",
+                waited.as_secs_f64()
+            ),
+        ),
+    };
+    let mut resp = error(status, &msg);
+    resp.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(secs));
+    resp
+}
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct GatewayHandle {
+    /// Bound listen address.
+    pub addr: SocketAddr,
+    /// The shared state (metrics, configuration).
+    pub gateway: Arc<Gateway>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl GatewayHandle {
+    /// Stops accepting, lets open connections finish for up to 5 s, then drops them.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let mut task = self.task;
+        if tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// Binds `cfg.listen` and serves on the current tokio runtime; returns at once.
+///
+/// # Errors
+/// The listener cannot be bound (the address is in the message).
+pub async fn start(cfg: GatewayConfig) -> std::io::Result<GatewayHandle> {
+    let listener = TcpListener::bind(cfg.listen).await.map_err(|e| {
+        std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen))
+    })?;
+    let addr = listener.local_addr()?;
+    let header_read = cfg.timeouts.header_read;
+    let gateway = Arc::new(Gateway::new(cfg));
+    let (stop, stop_rx) = watch::channel(false);
+    let gw = gateway.clone();
+    let task = tokio::spawn(accept_loop(listener, gw, stop_rx, header_read));
+    Ok(GatewayHandle {
+        addr,
+        gateway,
+        stop,
+        task,
+    })
+}
+
+/// Resolves once the stop flag is set (the borrow of the flag ends before it resolves).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    gw: Arc<Gateway>,
+    mut stop: watch::Receiver<bool>,
+    header_read: Duration,
+) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            r = listener.accept() => {
+                let Ok((tcp, _)) = r else { continue };
+                let _ = tcp.set_nodelay(true);
+                let gw = gw.clone();
+                let mut stop = stop.clone();
+                conns.spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let gw = gw.clone();
+                        async move { Ok::<_, Infallible>(gw.handle(req).await) }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(header_read)
+                        .serve_connection(TokioIo::new(tcp), svc);
+                    tokio::pin!(conn);
+                    tokio::select! {
+                        _ = conn.as_mut() => {}
+                        () = stopped(&mut stop) => {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
+                        }
+                    }
+                });
+            }
+            () = stopped(&mut stop) => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    conns.abort_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_key_check() {
+        let ok = HeaderValue::from_static("Bearer sk-1");
+        assert!(authorized(Some(&ok), "sk-1"));
+        for bad in [
+            "Bearer sk-2",
+            "Bearer sk-1x",
+            "sk-1",
+            "Basic sk-1",
+            "Bearer ",
+        ] {
+            assert!(
+                !authorized(Some(&HeaderValue::from_static(bad)), "sk-1"),
+                "{bad}"
+            );
+        }
+        assert!(!authorized(None, "sk-1"));
+    }
+
+    #[test]
+    fn paths() {
+        assert!(passthrough_path("/v1/models"));
+        assert!(passthrough_path("/health"));
+        assert!(!passthrough_path("/reset_prefix_cache"));
+        assert!(!passthrough_path("/v1"));
+    }
+}

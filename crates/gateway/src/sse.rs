@@ -1,0 +1,362 @@
+//! Incremental reading of an OpenAI SSE stream for measurement, without copying it.
+//!
+//! The proxy forwards every upstream frame unchanged; [`SseScanner::feed`] looks at the same
+//! bytes afterwards. Lines end in LF, CRLF or a lone CR (a CRLF split across frames is one line
+//! end); only `data:`
+//! lines matter. A `data:` line that is a JSON chunk is decoded into the few fields needed, with
+//! no allocation for text: whether any choice carries generated text (`text` for completions,
+//! `delta.content`, `delta.reasoning_content` or `delta.reasoning` for chat — a role-only chunk
+//! with `content: ""` does not count, as [`headroom_core::signal`] defines TTFT), the last
+//! non-null `finish_reason`, `usage.completion_tokens`, and an `error` object. Only a line cut
+//! across two frames is copied (into a small carry buffer).
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, Visitor};
+use std::fmt;
+
+/// What one SSE `data:` event said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventInfo {
+    /// The event carries generated text.
+    pub content: bool,
+    /// A `finish_reason` arrived in this event.
+    pub finish: Option<Finish>,
+    /// `usage.completion_tokens`.
+    pub completion_tokens: Option<u32>,
+    /// The event is an error object.
+    pub error: bool,
+    /// The event is `data: [DONE]`.
+    pub done: bool,
+}
+
+/// A `finish_reason` as vLLM sends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// `stop`, or any reason that ends a request normally (`tool_calls`, `function_call`, …).
+    Stop,
+    /// `length`: cut at `max_tokens` or the context limit.
+    Length,
+    /// `abort` or `error`: the engine gave up on the request.
+    Failed,
+}
+
+/// Splits a byte stream into SSE `data:` events.
+#[derive(Debug, Default)]
+pub struct SseScanner {
+    carry: Vec<u8>,
+    after_cr: bool,
+}
+
+impl SseScanner {
+    /// A scanner with an empty carry buffer.
+    pub fn new() -> SseScanner {
+        SseScanner::default()
+    }
+
+    /// Feeds one frame; calls `on` for every complete `data:` event in it.
+    pub fn feed(&mut self, mut bytes: &[u8], on: &mut impl FnMut(EventInfo)) {
+        if self.after_cr {
+            // The CR that ended the last frame's line may be the first half of a CRLF.
+            self.after_cr = false;
+            if let Some(rest) = bytes.strip_prefix(b"\n") {
+                bytes = rest;
+            }
+        }
+        if !self.carry.is_empty() {
+            match line_end(bytes) {
+                None => {
+                    self.carry.extend_from_slice(bytes);
+                    // An endless line is not SSE; stop buffering it.
+                    if self.carry.len() > 1 << 20 {
+                        self.carry.clear();
+                    }
+                    return;
+                }
+                Some((i, next)) => {
+                    self.carry.extend_from_slice(&bytes[..i]);
+                    let line = std::mem::take(&mut self.carry);
+                    line_event(&line, on);
+                    bytes = self.advance(bytes, next);
+                }
+            }
+        }
+        while let Some((i, next)) = line_end(bytes) {
+            line_event(&bytes[..i], on);
+            bytes = self.advance(bytes, next);
+        }
+        self.carry.extend_from_slice(bytes);
+    }
+
+    /// The rest after a line end found at `next` (the index after it; `None` = a CR ending
+    /// the frame, which may pair with an LF in the next one).
+    fn advance<'a>(&mut self, bytes: &'a [u8], next: Option<usize>) -> &'a [u8] {
+        match next {
+            Some(n) => &bytes[n..],
+            None => {
+                self.after_cr = true;
+                &[]
+            }
+        }
+    }
+
+    /// Ends the stream: a last line without a line end still counts.
+    pub fn finish(&mut self, on: &mut impl FnMut(EventInfo)) {
+        let line = std::mem::take(&mut self.carry);
+        if !line.is_empty() {
+            line_event(&line, on);
+        }
+    }
+}
+
+/// The first line end (LF, CRLF or a lone CR, as the SSE spec allows): its index and the
+/// index after it, or `None` for a CR that is the frame's last byte.
+fn line_end(b: &[u8]) -> Option<(usize, Option<usize>)> {
+    let i = b.iter().position(|&c| c == b'\n' || c == b'\r')?;
+    if b[i] == b'\n' {
+        return Some((i, Some(i + 1)));
+    }
+    match b.get(i + 1) {
+        Some(b'\n') => Some((i, Some(i + 2))),
+        Some(_) => Some((i, Some(i + 1))),
+        None => Some((i, None)),
+    }
+}
+
+fn line_event(line: &[u8], on: &mut impl FnMut(EventInfo)) {
+    let Some(data) = line.strip_prefix(b"data:") else {
+        return;
+    };
+    let data = data.strip_prefix(b" ").unwrap_or(data);
+    on(parse_data(data));
+}
+
+/// Decodes one `data:` payload (without the `data:` prefix).
+pub fn parse_data(data: &[u8]) -> EventInfo {
+    if data.trim_ascii() == b"[DONE]" {
+        return EventInfo {
+            done: true,
+            ..EventInfo::default()
+        };
+    }
+    let Ok(c) = serde_json::from_slice::<Chunk>(data) else {
+        return EventInfo::default();
+    };
+    let mut info = EventInfo {
+        error: c.error.is_some(),
+        completion_tokens: c
+            .usage
+            .and_then(|u| u.completion_tokens)
+            .and_then(|n| u32::try_from(n).ok()),
+        ..EventInfo::default()
+    };
+    for ch in &c.choices {
+        let delta = ch
+            .delta
+            .as_ref()
+            .is_some_and(|d| d.content.0 || d.reasoning_content.0 || d.reasoning.0);
+        info.content |= ch.text.0 || delta;
+        if let Some(f) = ch.finish_reason {
+            info.finish = Some(f.0);
+        }
+    }
+    info
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    text: NonEmpty,
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<FinishField>,
+}
+
+#[derive(Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: NonEmpty,
+    #[serde(default)]
+    reasoning_content: NonEmpty,
+    #[serde(default)]
+    reasoning: NonEmpty,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
+/// `true` for a non-empty string; `false` for `""`, `null` or anything else. Never allocates.
+#[derive(Default)]
+struct NonEmpty(bool);
+
+impl<'de> Deserialize<'de> for NonEmpty {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<NonEmpty, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NonEmpty;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or null")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(!s.is_empty()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<NonEmpty, D::Error> {
+                d.deserialize_any(V)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(false))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<NonEmpty, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(NonEmpty(false))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut a: A) -> Result<NonEmpty, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(NonEmpty(false))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct FinishField(Finish);
+
+impl<'de> Deserialize<'de> for FinishField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<FinishField, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = FinishField;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a finish_reason string")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<FinishField, E> {
+                Ok(FinishField(match s {
+                    "length" => Finish::Length,
+                    "abort" | "error" => Finish::Failed,
+                    _ => Finish::Stop,
+                }))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/fixtures/openai")
+            .join(name);
+        let raw = std::fs::read(&p).unwrap();
+        // Some fixtures are whole HTTP responses: keep the body after the blank line.
+        if raw.starts_with(b"HTTP/") {
+            let i = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+            raw[i + 4..].to_vec()
+        } else {
+            raw
+        }
+    }
+
+    /// (content events, finish, completion tokens, done) over the whole stream, fed in pieces of
+    /// `split` bytes.
+    fn scan(bytes: &[u8], split: usize) -> (usize, Option<Finish>, Option<u32>, bool) {
+        let mut s = SseScanner::new();
+        let (mut content, mut finish, mut tokens, mut done) = (0, None, None, false);
+        let mut on = |e: EventInfo| {
+            content += usize::from(e.content);
+            finish = e.finish.or(finish);
+            tokens = e.completion_tokens.or(tokens);
+            done |= e.done;
+        };
+        for piece in bytes.chunks(split) {
+            s.feed(piece, &mut on);
+        }
+        s.finish(&mut on);
+        (content, finish, tokens, done)
+    }
+
+    #[test]
+    fn real_vllm_streams() {
+        // Counted by reading the fixtures: chat_stream.txt has a role-only chunk (content "")
+        // then 4 content chunks, finish "length", usage completion_tokens 4; completion_stream.txt
+        // has 5 text chunks (usage 5) and completion_stop_stream.txt ends with "stop".
+        let chat = fixture("chat_stream.txt");
+        for split in [1, 7, 64, chat.len()] {
+            assert_eq!(
+                scan(&chat, split),
+                (4, Some(Finish::Length), Some(4), true),
+                "split {split}"
+            );
+        }
+        let (_, fin, _, done) = scan(&fixture("completion_stop_stream.txt"), 13);
+        assert_eq!((fin, done), (Some(Finish::Stop), true));
+        assert_eq!(
+            scan(&fixture("completion_stream.txt"), 5),
+            (5, Some(Finish::Length), Some(5), true)
+        );
+    }
+
+    #[test]
+    fn edge_events() {
+        assert!(parse_data(br#"{"error":{"message":"x","code":500}}"#).error);
+        assert!(parse_data(b"[DONE]").done);
+        assert!(
+            !parse_data(br#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#).content
+        );
+        assert!(parse_data(br#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#).content);
+        assert!(parse_data(br#"{"choices":[{"text":"\u00e9"}]}"#).content);
+        assert_eq!(
+            parse_data(br#"{"choices":[{"delta":{"content":null},"finish_reason":"tool_calls"}]}"#),
+            EventInfo {
+                finish: Some(Finish::Stop),
+                ..EventInfo::default()
+            }
+        );
+        assert_eq!(
+            parse_data(br#"{"choices":[{"text":"","finish_reason":"abort"}]}"#).finish,
+            Some(Finish::Failed)
+        );
+        assert_eq!(parse_data(b"not json"), EventInfo::default());
+        // CRLF and lone-CR line ends and a comment line, split at every byte.
+        for text in [
+            &b": ping\r\ndata: {\"choices\":[{\"text\":\"a\"}]}\r\n\r\ndata: {\"choices\":[{\"text\":\"b\"}]}\r\n\r\ndata: [DONE]\r\n\r\n"[..],
+            b"data: {\"choices\":[{\"text\":\"a\"}]}\r\rdata: {\"choices\":[{\"text\":\"b\"}]}\r\rdata: [DONE]\r\r",
+        ] {
+            for split in 1..=text.len() {
+                let (n, _, _, done) = scan(text, split);
+                assert_eq!((n, done), (2, true), "split {split}");
+            }
+        }
+    }
+}
