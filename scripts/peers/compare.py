@@ -167,7 +167,7 @@ def tool_aiperf(a, url, c, n, d):
     cmd = [os.path.join(a.peers_home, "aiperf", "bin", "aiperf"), "profile", "--model", "tiny", "--url", url,
            "--endpoint-type", "completions", "--streaming", "--concurrency", str(c), "--request-count", str(n),
            "--isl", str(PROMPT), "--isl-stddev", "0", "--osl", str(OUTPUT), "--osl-stddev", "0",
-           "--tokenizer", a.tokenizer, "--extra-inputs", "ignore_eos:true", "--artifact-dir", d,
+           "--tokenizer", "headroom/tiny", "--extra-inputs", "ignore_eos:true", "--artifact-dir", d,
            "--no-server-metrics", "--no-gpu-telemetry"]
 
     def parse():
@@ -184,8 +184,27 @@ def tool_aiperf(a, url, c, n, d):
             return x[stat] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[x.get("unit", "ms")]
         return {"ttft_mean_ms": pick("time_to_first_token", "avg"), "ttft_p99_ms": pick("time_to_first_token", "p99"),
                 "itl_mean_ms": pick("inter_token_latency", "avg"), "itl_p99_ms": pick("inter_token_latency", "p99")}
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    # AIPerf 0.13 in offline mode resolves a tokenizer through the Hugging Face cache only (a plain
+    # folder path fails with HFValidationError), so the local tokenizer is laid out as a cached repo.
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_CACHE=hf_cache(a))
     return cmd, parse, env
+
+
+def hf_cache(a):
+    """A Hugging Face hub cache holding the local tokenizer as repo `headroom/tiny` (offline)."""
+    hub = os.path.join(a.out, "hf-hub")
+    repo = os.path.join(hub, "models--headroom--tiny")
+    rev = "0" * 40
+    snap = os.path.join(repo, "snapshots", rev)
+    if not os.path.isdir(snap):
+        os.makedirs(snap)
+        os.makedirs(os.path.join(repo, "refs"))
+        with open(os.path.join(repo, "refs", "main"), "w") as f:
+            f.write(rev)
+        for name in os.listdir(a.tokenizer):
+            if name.endswith((".json", ".txt", ".model")) or name == "tokenizer.json":
+                os.symlink(os.path.join(a.tokenizer, name), os.path.join(snap, name))
+    return hub
 
 
 def tool_guidellm(a, url, c, n, d):
@@ -193,9 +212,9 @@ def tool_guidellm(a, url, c, n, d):
     cmd = [os.path.join(a.peers_home, "guidellm", "bin", "guidellm"), "run",
            "--backend", f"kind=openai_http,target={url},model=tiny",
            "--profile", f"kind=concurrent,streams={c}",
-           "--constraint", f"kind=max_requests,max_num={n}",
+           "--constraint", f"kind=max_requests,count={n}",
            "--data", f"kind=synthetic_text,prompt_tokens={PROMPT},output_tokens={OUTPUT}",
-           "--tokenizer", f"kind=huggingface_auto,pretrained_model_name_or_path={a.tokenizer}",
+           "--tokenizer", f"kind=huggingface_auto,model={a.tokenizer}",
            "--output", f"kind=json,path={out}", "--disable-console-interactive"]
 
     def parse():

@@ -340,7 +340,13 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         engine_config: serde_json::json!({
             "embedded_twin": args.target.is_none().then(|| serde_json::json!({"gpu": args.sim_gpu, "model": args.sim_model})),
         }),
-        workload: serde_json::to_value(&workload.spec).unwrap_or_default(),
+        // The workload as run: windows overridden by flags, --quick or the embedded demo.
+        workload: {
+            let mut spec = workload.spec.clone();
+            spec.warmup = warmup;
+            spec.measure = measure;
+            serde_json::to_value(&spec).unwrap_or_default()
+        },
         slo: serde_json::to_value(&slo).unwrap_or_default(),
         seed,
         host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -409,7 +415,11 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     {
         bail!("could not write the run directory: {e}");
     }
-    Ok(if cancel.is_cancelled() { 130 } else { 0 })
+    Ok(match &result.status {
+        _ if cancel.is_cancelled() => 130,
+        headroom_core::run::RunStatus::Stopped { .. } => 1,
+        _ => 0,
+    })
 }
 
 /// The command line with the values of secret-looking flags removed.

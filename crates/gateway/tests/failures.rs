@@ -651,3 +651,46 @@ async fn label_cardinality_is_bounded_under_adversarial_headers() {
     gw.shutdown().await;
     task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_the_queue_frees_its_place() {
+    let twin = twin(1.0, Faults::default(), None).await;
+    let gw = gateway(
+        "classes:\n  - {name: capped, concurrency: {limit: 1, queue: 4, queue_timeout: 20s}}\n",
+        &[url(twin.api_addr)],
+        None,
+    )
+    .await;
+    let addr = gw.addr;
+    let holder = tokio::spawn(async move {
+        call(addr, "POST", "/v1/completions", &completion_body("hold", 150), &[]).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A second client queues, then hangs up.
+    let body = completion_body("leave", 2);
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let queued = |t: &str| value(t, "headroom_gateway_queued{class=\"capped\"}");
+    let t0 = Instant::now();
+    while queued(&scrape(addr).await) != Some(1.0) && t0.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(queued(&scrape(addr).await), Some(1.0));
+    drop(s);
+    let t1 = Instant::now();
+    while queued(&scrape(addr).await) != Some(0.0) && t1.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = t1.elapsed();
+    assert_eq!(queued(&scrape(addr).await), Some(0.0));
+    assert!(left < Duration::from_secs(1), "left the queue after {left:?}");
+    assert!(!holder.is_finished(), "the holder still streams");
+    let h = holder.await.unwrap();
+    assert_eq!(h.status, StatusCode::OK);
+    gw.shutdown().await;
+    twin.shutdown().await;
+}

@@ -218,6 +218,11 @@ impl ClassRecording {
         Ok(())
     }
 
+    /// Requests recorded for this class (they started in the window).
+    pub fn started_in_window(&self) -> u64 {
+        self.outcomes.values().sum()
+    }
+
     /// The histogram of a client signal (`None` for `queue_time`, which only the server sees).
     pub fn histogram(&self, signal: LatencySignal) -> Option<&Histogram<u64>> {
         match signal {
@@ -314,6 +319,10 @@ pub struct LevelTotals {
     pub prompt_tokens: u64,
     /// Content chunks received by requests that ended without usage (cancelled, cut, failed).
     pub unfinished_chunks: u64,
+    /// Streams that started (at least one content chunk) and were then cut or garbled
+    /// (`transport`, `protocol`): the engine saw them and ends them as aborts.
+    #[serde(default)]
+    pub cut_streams: u64,
 }
 
 impl LevelTotals {
@@ -327,6 +336,11 @@ impl LevelTotals {
             }
             (None, _) => self.unfinished_chunks += r.timing.content_chunk_ns.len() as u64,
         }
+        if matches!(r.outcome, Outcome::Transport | Outcome::Protocol)
+            && !r.timing.content_chunk_ns.is_empty()
+        {
+            self.cut_streams += 1;
+        }
     }
 
     /// Adds another shard's totals.
@@ -337,6 +351,7 @@ impl LevelTotals {
         self.output_tokens += o.output_tokens;
         self.prompt_tokens += o.prompt_tokens;
         self.unfinished_chunks += o.unfinished_chunks;
+        self.cut_streams += o.cut_streams;
     }
 }
 

@@ -611,7 +611,7 @@ pub enum ProbeError {
     },
     /// The server refused the credentials.
     #[error(
-        "{url}: HTTP {status}: {message}. Pass the API key the server expects (--api-key or the environment)"
+        "{url}: HTTP {status}: {message}. Pass the API key the server expects (headroom sweep --api-key-env VAR, with the key in VAR)"
     )]
     Unauthorized {
         /// URL tried.

@@ -188,6 +188,14 @@ pub fn load_files(args: &[String]) -> Result<Loaded, SourceError> {
     let mut out = Loaded::default();
     for arg in args {
         let (path, at) = split_time_suffix(arg)?;
+        // A file saved by a sweep carries its time in its name (`L000-0001-engine@<unix>.prom`):
+        // that survives copying, unlike the modification time.
+        let at = at.or_else(|| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(parse_scrape_file_name)
+                .map(|(_, _, _, t)| t)
+        });
         let s = read_scrape(&path, at)?;
         if is_dcgm(&s) {
             out.dcgm.push(s);

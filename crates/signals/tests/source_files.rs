@@ -118,3 +118,20 @@ fn run_dir_round_trip() {
         Err(SourceError::RunDir { .. })
     ));
 }
+
+/// A sweep's scrape files carry their time in their names; `--from` must use it rather than the
+/// modification time (which a copy resets), so a 6-second window stays 6 seconds.
+#[test]
+fn sweep_scrape_names_give_the_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = std::fs::read_to_string(fixture_path("vllm/v0.32-cpu-idle.prom")).unwrap();
+    let a = dir.path().join("L000-0000-engine@1795983196.216.prom");
+    let b = dir.path().join("L000-0004-engine@1795983202.248.prom");
+    std::fs::write(&a, &body).unwrap();
+    std::fs::write(&b, &body).unwrap();
+    let loaded =
+        headroom_signals::source::load_files(&[a.display().to_string(), b.display().to_string()])
+            .unwrap();
+    assert_eq!(loaded.engine[0].at_unix_s, 1795983196.216);
+    assert_eq!(loaded.engine[1].at_unix_s, 1795983202.248);
+}

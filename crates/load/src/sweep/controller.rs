@@ -154,10 +154,19 @@ impl Sweep<'_> {
                     stop_reason = Some("interrupted (Ctrl-C)".into());
                     break 'phases;
                 }
-                let level = self.run_one(&phase, load, level_index).await;
+                let mut level = self.run_one(&phase, load, level_index).await;
                 level_index += 1;
                 let interrupted = level.window_note.starts_with("interrupted");
                 let dead = level_is_dead(&level);
+                if let Some(why) = &dead {
+                    // An outage is not a capacity limit: no verdict for this level.
+                    for o in &mut level.objectives {
+                        o.verdict = Verdict::Inconclusive;
+                        o.reason = format!("no verdict: {why}");
+                    }
+                    level.verdict = Verdict::Inconclusive;
+                    level.window_note = format!("server lost: {why}");
+                }
                 search.record(load, level.verdict);
                 self.progress.level_done(&phase.name, &level);
                 let p = run.phases.last_mut().expect("phase pushed above");
@@ -691,6 +700,18 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
     }
     let verdict = Verdict::combine(objectives.iter().map(|o| o.verdict));
     let window_s = rec.window_s.max(1e-9);
+    if total.started_in_window() > 0 && total.tokens.output_realised == 0 {
+        warnings.push(format!(
+            "no request of the window finished within the window and its drain (requests run longer than {window_s:.0} s): TPOT, E2E and completed-request rates are not measured; lengthen --measure for them"
+        ));
+    }
+    // Output throughput: the engine's own counter over the measurement window when available
+    // (exact, and independent of which requests finished); else the client's finished requests.
+    let server_tok_per_s = windows.as_ref().and_then(|(_, meas)| {
+        let d = meas.duration_s()?;
+        let t = meas.counter(headroom_signals::Signal::GenerationTokens)?;
+        (d > 0.0).then(|| t / d)
+    });
     let successes: u64 = total
         .outcomes
         .iter()
@@ -714,7 +735,8 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
             .map(|s| (s.name().to_string(), total.summary(*s)))
             .collect(),
         request_rate_per_s: successes as f64 / window_s,
-        output_tokens_per_s: total.tokens.output_realised as f64 / window_s,
+        output_tokens_per_s: server_tok_per_s
+            .unwrap_or(total.tokens.output_realised as f64 / window_s),
         goodput_per_s: total.goodput as f64 / window_s,
         tokens: total.tokens.clone(),
         objectives,
@@ -772,7 +794,8 @@ fn client_totals(rec: &LevelRecording) -> ClientTotals {
     ClientTotals {
         stop: get(Outcome::Stop),
         length: get(Outcome::Length),
-        cancelled: get(Outcome::ClientCancel) + get(Outcome::Timeout),
+        // Streams cut mid-way end on the engine as aborts too.
+        cancelled: get(Outcome::ClientCancel) + get(Outcome::Timeout) + t.cut_streams,
         server_abort_or_error: get(Outcome::Abort) + get(Outcome::Error),
         output_tokens: t.output_tokens,
         prompt_tokens: t.prompt_tokens,

@@ -26,6 +26,10 @@ pub fn needs_more_samples(results: &[ObjectiveResult]) -> bool {
     results.iter().any(|r| r.verdict == Verdict::Inconclusive)
 }
 
+/// Fewest finished requests on which an undecided error objective is settled by its point
+/// estimate (a certain breach or pass needs no minimum).
+pub const MIN_REQUESTS_FOR_ERROR_RATE: u64 = 10;
+
 /// Evaluates every objective. `final_window` is false for the checks during a level (early stop),
 /// true for the verdict that is recorded.
 pub fn evaluate(
@@ -219,6 +223,14 @@ fn error_rate(
             Verdict::Inconclusive,
             n,
             share,
+        ),
+        Decision::Undecided if n < MIN_REQUESTS_FOR_ERROR_RATE => result(
+            o,
+            max_ratio,
+            Some(observed),
+            Verdict::Inconclusive,
+            n,
+            format!("{share}; fewer than {MIN_REQUESTS_FOR_ERROR_RATE} finished requests"),
         ),
         Decision::Undecided => {
             // With zero errors the only question is whether enough requests ran to mean anything;
