@@ -385,6 +385,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     let progress = Bars {
         bar: Mutex::new(None),
     };
+    let lag_fn = embedded.as_ref().map(|h| move || h.clock_lag_s());
     eprintln!(
         "headroom: sweeping {} class(es) of {} at {}; run directory {}",
         plans.len(),
@@ -400,6 +401,9 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         cancel: cancel.clone(),
         progress: &progress,
         on_result: &on_result,
+        clock_lag: lag_fn
+            .as_ref()
+            .map(|f| f as &(dyn Fn() -> (f64, f64) + Send + Sync)),
     };
     let result = sweep.run().await;
     if let Some(h) = embedded {

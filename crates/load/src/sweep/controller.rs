@@ -119,6 +119,10 @@ pub struct Sweep<'a> {
     /// Called with every partial result (after each level) and the final one; the CLI writes the
     /// run directory here.
     pub on_result: &'a (dyn Fn(&RunResult) + Send + Sync),
+    /// For an in-process engine twin: cumulative `(modelled step s, late s)` of its wall clock.
+    /// A level whose late share exceeds 5 % gets a warning: the host, not the modelled GPU, set
+    /// part of its latencies.
+    pub clock_lag: Option<&'a (dyn Fn() -> (f64, f64) + Send + Sync)>,
 }
 
 impl Sweep<'_> {
@@ -154,7 +158,20 @@ impl Sweep<'_> {
                     stop_reason = Some("interrupted (Ctrl-C)".into());
                     break 'phases;
                 }
+                let lag0 = self.clock_lag.map(|f| f());
                 let mut level = self.run_one(&phase, load, level_index).await;
+                if let (Some(f), Some((s0, l0))) = (self.clock_lag, lag0) {
+                    let (s1, l1) = f();
+                    let (steps, late) = (s1 - s0, l1 - l0);
+                    if steps > 0.0 && late / steps > 0.05 {
+                        level.warnings.push(format!(
+                            "the in-process engine twin ran {:.0} % behind real time ({:.2} s late over {:.2} s of modelled steps): this host is too busy, so the level's latencies are inflated; rerun on a quieter machine",
+                            100.0 * late / steps,
+                            late,
+                            steps
+                        ));
+                    }
+                }
                 level_index += 1;
                 let interrupted = level.window_note.starts_with("interrupted");
                 let dead = level_is_dead(&level);

@@ -147,8 +147,19 @@ impl Clock {
     }
 }
 
+/// How far the wall-clock driver fell behind the engine's step times: a step due at `end` that
+/// is delivered later makes every ITL longer than the modelled GPU would. Cumulative, ns.
+#[derive(Debug, Default)]
+pub struct ClockLag {
+    /// Σ modelled step durations of steps that slept.
+    pub step_ns: AtomicU64,
+    /// Σ (actual wake − due time) of those steps.
+    pub late_ns: AtomicU64,
+}
+
 /// The driver task's state.
 pub(crate) struct Driver {
+    lag: Arc<ClockLag>,
     engine: Engine,
     clock: Clock,
     rx: mpsc::UnboundedReceiver<Command>,
@@ -159,8 +170,13 @@ pub(crate) struct Driver {
 }
 
 impl Driver {
-    pub(crate) fn new(engine: Engine, rx: mpsc::UnboundedReceiver<Command>) -> Driver {
+    pub(crate) fn new(
+        engine: Engine,
+        rx: mpsc::UnboundedReceiver<Command>,
+        lag: Arc<ClockLag>,
+    ) -> Driver {
         Driver {
+            lag,
             engine,
             clock: Clock {
                 start: Instant::now(),
@@ -207,6 +223,13 @@ impl Driver {
                         },
                     }
                 }
+                let late = (self.clock.now_s() - end).max(0.0);
+                self.lag
+                    .step_ns
+                    .fetch_add((result.duration_s * 1e9) as u64, Ordering::Relaxed);
+                self.lag
+                    .late_ns
+                    .fetch_add((late * 1e9) as u64, Ordering::Relaxed);
             }
             // Queue times first: a finished request's slot is published below.
             for (id, q) in self.engine.finished_queue_times() {

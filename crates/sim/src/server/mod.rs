@@ -92,9 +92,21 @@ pub struct ServerHandle {
     stop: watch::Sender<bool>,
     tx: mpsc::UnboundedSender<driver::Command>,
     tasks: Vec<JoinHandle<()>>,
+    lag: Arc<driver::ClockLag>,
 }
 
 impl ServerHandle {
+    /// Cumulative `(modelled step seconds, seconds delivered late)` of the wall-clock driver. A
+    /// late share above a few percent means the host is too busy for the twin to keep real time,
+    /// so its latencies are inflated (the sweep warns with it).
+    pub fn clock_lag_s(&self) -> (f64, f64) {
+        use std::sync::atomic::Ordering;
+        (
+            self.lag.step_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            self.lag.late_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        )
+    }
+
     /// Stops accepting connections, aborts requests in flight (their streams end without
     /// `[DONE]`), and waits up to 5 s for connections to close.
     pub async fn shutdown(self) {
@@ -182,7 +194,10 @@ pub async fn serve(cfg: ServerConfig) -> anyhow::Result<ServerHandle> {
 
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
-    tasks.push(tokio::spawn(driver::Driver::new(engine, rx).run()));
+    let lag = Arc::new(driver::ClockLag::default());
+    tasks.push(tokio::spawn(
+        driver::Driver::new(engine, rx, lag.clone()).run(),
+    ));
     let api = routes::api_router(state);
     tasks.push(tokio::spawn(serve_router(
         api_listener,
@@ -197,6 +212,7 @@ pub async fn serve(cfg: ServerConfig) -> anyhow::Result<ServerHandle> {
         stop,
         tx,
         tasks,
+        lag,
     })
 }
 
