@@ -724,4 +724,77 @@ async fn prometheus_run(bin: PathBuf) {
         "server count {n} vs {sent} requests sent"
     );
     assert_eq!(v["steps"].as_array().map(Vec::len), Some(6));
+
+    // `headroom slo budget` on the same Prometheus (issue 5: the error budget against a real
+    // Prometheus scraping the engine twin under load). Expected SLI computed here, with our own
+    // PromQL: TTFT ≤ 40 ms (a vLLM bucket bound) over all requests, at the same instant. Every
+    // series started at 0 in the first scrape, so increase() over the budget window is the last
+    // value and the ratio is exact.
+    let at = format!("{end:.3}");
+    let q = |expr: &str| {
+        let path = format!(
+            "/api/v1/query?query={}&time={at}",
+            expr.replace('{', "%7B")
+                .replace('}', "%7D")
+                .replace('"', "%22")
+                .replace(' ', "%20")
+        );
+        let body = http_get(prom_port, &path).unwrap_or_default();
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        v["data"]["result"][0]["value"][1]
+            .as_str()
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no value for {expr}: {body}"))
+    };
+    let good = q(r#"sum(vllm:time_to_first_token_seconds_bucket{le="0.04"})"#);
+    let total = q("sum(vllm:time_to_first_token_seconds_count)");
+    assert!(
+        total >= f64::from(sent),
+        "{total} TTFT observations for {sent} requests"
+    );
+    let expected_sli = good / total;
+    let slo = write(
+        dir.path(),
+        "slo.yaml",
+        "objectives:\n  \"*\":\n    ttft: {p95: 40ms}\n    error_rate: 0.5%\nbudget: {window: 7d, target: 99%, freeze_at: 50%}\n",
+    );
+    let base = format!("http://127.0.0.1:{prom_port}");
+    let slo_arg = slo.display().to_string();
+    let out = headroom(&[
+        "slo",
+        "budget",
+        "--prometheus",
+        &base,
+        "--slo",
+        &slo_arg,
+        "--at",
+        &at,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let row = text
+        .lines()
+        .find(|l| l.contains("TTFT p95"))
+        .unwrap_or_else(|| panic!("no TTFT row in:\n{text}"));
+    eprintln!("budget: {row}\n  expected SLI {good} / {total}");
+    // The budget prints the SLI as a percentage with two decimals.
+    let want = format!("{:.2}", expected_sli * 100.0);
+    let want = want.trim_end_matches('0').trim_end_matches('.');
+    assert!(
+        row.contains(&format!("{want} %")),
+        "budget row {row:?} should show the SLI {want} % ({good} of {total} within 40 ms)"
+    );
+    // Burn rate = (1 − SLI) / (1 − 0.95), the same in every tier (all traffic is in every window).
+    let burn = format!("{:.2}", (1.0 - expected_sli) / 0.05);
+    let burn = burn.trim_end_matches('0').trim_end_matches('.');
+    assert!(
+        row.contains(&format!("1h/5m {burn}/{burn}")),
+        "{row} should burn {burn}"
+    );
+    // All requests succeeded: the error SLI is 100 % and none of the budget is used.
+    let err_row = text
+        .lines()
+        .find(|l| l.contains("errors"))
+        .unwrap_or_else(|| panic!("no error row in:\n{text}"));
+    assert!(err_row.contains("100 %"), "{err_row}");
 }
