@@ -191,13 +191,25 @@ impl SloFile {
                 )));
             }
         }
-        if let Some(b) = &self.budget
-            && b.target >= 1.0
-        {
-            return Err(err(format!(
-                "budget.target: {} is 100 % or more; a 100 % target leaves no error budget",
-                b.target
-            )));
+        if let Some(b) = &self.budget {
+            if b.target >= 1.0 {
+                return Err(err(format!(
+                    "budget.target: {} is 100 % or more; a 100 % target leaves no error budget",
+                    b.target
+                )));
+            }
+            if b.target <= 0.0 {
+                return Err(err(format!(
+                    "budget.target: {} is 0 % or less; expected a share of good requests such as 99%",
+                    b.target
+                )));
+            }
+            if !(b.freeze_at > 0.0 && b.freeze_at <= 1.0) {
+                return Err(err(format!(
+                    "budget.freeze_at: {} is outside (0 %, 100 %]; expected the share of the budget consumed at which tuning freezes, e.g. 50%",
+                    b.freeze_at
+                )));
+            }
         }
         Ok(())
     }
@@ -473,6 +485,14 @@ mod tests {
             (
                 "objectives:\n  \"*\": {ttft: {p95: 1s}}\nbudget: {window: 30d, target: 100%}\n",
                 "no error budget",
+            ),
+            (
+                "objectives:\n  \"*\": {ttft: {p95: 1s}}\nbudget: {window: 30d, target: 0%}\n",
+                "budget.target: 0 is 0 % or less",
+            ),
+            (
+                "objectives:\n  \"*\": {ttft: {p95: 1s}}\nbudget: {window: 30d, target: 99%, freeze_at: 150%}\n",
+                "budget.freeze_at: 1.5 is outside",
             ),
         ] {
             let e = parse(text).unwrap_err().to_string();
