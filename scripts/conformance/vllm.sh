@@ -23,8 +23,9 @@
 #                client/server rows agree
 #   kv           vLLM restarted with --num-gpu-blocks-override 24, 32 concurrent: kv_pressure and
 #                not admission_saturation; the rows agree although the drain cancels streams
-# A step whose subcommand does not exist yet (`headroom help gateway` fails) is reported SKIP;
-# set CONFORMANCE_STRICT=1 to make a SKIP fail the suite.
+# A step whose subcommand does not exist (`headroom help gateway` fails) is reported SKIP and
+# fails the suite; CONFORMANCE_STRICT=0 lets a SKIP pass (for a tree where a subcommand is not
+# wired yet).
 #
 # Environment: VLLM_HOME (default ~/.cache/headroom-vllm), VLLM_PORT (8011), HEADROOM (a prebuilt
 # binary; default: cargo build -p headroom-cli into CARGO_TARGET_DIR or target/),
@@ -213,5 +214,5 @@ echo
 echo "Headroom against a real vLLM $VLLM_VERSION (CPU), $(( $(date +%s) - SUITE_T0 )) s; artifacts in $OUT"
 printf '  %s\n' "${RESULTS[@]}"
 [ $FAILED = 0 ] || exit 1
-[ $SKIPPED = 0 ] || [ "${CONFORMANCE_STRICT:-0}" != 1 ] || exit 1
+[ $SKIPPED = 0 ] || [ "${CONFORMANCE_STRICT:-1}" = 0 ] || exit 1
 exit 0
