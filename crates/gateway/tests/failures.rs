@@ -663,7 +663,14 @@ async fn a_client_leaving_the_queue_frees_its_place() {
     .await;
     let addr = gw.addr;
     let holder = tokio::spawn(async move {
-        call(addr, "POST", "/v1/completions", &completion_body("hold", 150), &[]).await
+        call(
+            addr,
+            "POST",
+            "/v1/completions",
+            &completion_body("hold", 150),
+            &[],
+        )
+        .await
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     // A second client queues, then hangs up.
@@ -687,7 +694,10 @@ async fn a_client_leaving_the_queue_frees_its_place() {
     }
     let left = t1.elapsed();
     assert_eq!(queued(&scrape(addr).await), Some(0.0));
-    assert!(left < Duration::from_secs(1), "left the queue after {left:?}");
+    assert!(
+        left < Duration::from_secs(1),
+        "left the queue after {left:?}"
+    );
     assert!(!holder.is_finished(), "the holder still streams");
     let h = holder.await.unwrap();
     assert_eq!(h.status, StatusCode::OK);
