@@ -84,6 +84,28 @@ pub struct ObjectiveResult {
     pub reason: String,
 }
 
+impl ObjectiveResult {
+    /// The result of `objective` with its id and description filled in from the objective.
+    pub fn new(
+        objective: &crate::slo::Objective,
+        threshold: f64,
+        observed: Option<f64>,
+        verdict: Verdict,
+        samples: u64,
+        reason: String,
+    ) -> ObjectiveResult {
+        ObjectiveResult {
+            id: objective.id(),
+            description: objective.describe(),
+            threshold,
+            observed,
+            verdict,
+            samples,
+            reason,
+        }
+    }
+}
+
 /// Token counts at one level, summed over requests that finished in the window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct TokenCounts {

@@ -306,25 +306,6 @@ fn judge_objectives(
         .collect()
 }
 
-fn result(
-    o: &Objective,
-    threshold: f64,
-    observed: Option<f64>,
-    verdict: Verdict,
-    samples: u64,
-    reason: String,
-) -> ObjectiveResult {
-    ObjectiveResult {
-        id: o.id(),
-        description: o.describe(),
-        threshold,
-        observed,
-        verdict,
-        samples,
-        reason,
-    }
-}
-
 /// A latency objective "p-th percentile ≤ T" on a server histogram. The share of observations
 /// ≤ T is bracketed by the buckets around T; the objective allows a bad share of `1 − p/100`.
 /// PASS when even the pessimistic bad share is allowed, FAIL when even the optimistic one is not,
@@ -339,7 +320,7 @@ fn latency_objective(
     let sig = server_signal(signal);
     let metric = w.sources.get(&sig).cloned().unwrap_or_else(|| sig.name());
     let Some(h) = w.histogram(sig) else {
-        return result(
+        return ObjectiveResult::new(
             o,
             threshold_s,
             None,
@@ -361,7 +342,7 @@ fn latency_objective(
         .map(|q| format!("between {} and {} s", q.lower, q.upper))
         .unwrap_or_default();
     if samples < need {
-        return result(
+        return ObjectiveResult::new(
             o,
             threshold_s,
             observed,
@@ -374,7 +355,7 @@ fn latency_objective(
     }
     let allowed = 1.0 - percentile / 100.0;
     let Some((_, lo, hi)) = h.fraction_le(threshold_s) else {
-        return result(
+        return ObjectiveResult::new(
             o,
             threshold_s,
             observed,
@@ -394,7 +375,7 @@ fn latency_objective(
             "undecided: the threshold falls inside a bucket that straddles the percentile",
         )
     };
-    result(
+    ObjectiveResult::new(
         o,
         threshold_s,
         observed,
@@ -414,7 +395,7 @@ fn latency_objective(
 
 fn error_objective(f: &Facts, o: &Objective, max_ratio: f64) -> ObjectiveResult {
     let Some(n) = f.finished.filter(|n| *n > 0.0) else {
-        return result(
+        return ObjectiveResult::new(
             o,
             max_ratio,
             None,
@@ -435,7 +416,7 @@ fn error_objective(f: &Facts, o: &Objective, max_ratio: f64) -> ObjectiveResult 
     } else {
         Verdict::Pass
     };
-    result(
+    ObjectiveResult::new(
         o,
         max_ratio,
         Some(r),

@@ -707,7 +707,12 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
                     .iter()
                     .any(|x| x.id == o.id() || x.id.ends_with(&format!("/{}", o.id())));
                 if !judged {
-                    objectives.extend(evaluate(std::slice::from_ref(o), &empty_evidence(), true));
+                    let (lat, out) = (BTreeMap::new(), BTreeMap::new());
+                    let none = ClientEvidence {
+                        latency: &lat,
+                        outcomes: &out,
+                    };
+                    objectives.extend(evaluate(std::slice::from_ref(o), &none, true));
                 }
             }
             for n in &j.notes {
@@ -791,16 +796,6 @@ fn first_bucket_observation(o: &mut ObjectiveResult, w: &Window) {
                 .map(headroom_core::slo::fmt_duration_s)
                 .unwrap_or_else(|| "n/a".into())
         );
-    }
-}
-
-fn empty_evidence() -> ClientEvidence<'static> {
-    static LAT: std::sync::OnceLock<BTreeMap<LatencySignal, hdrhistogram::Histogram<u64>>> =
-        std::sync::OnceLock::new();
-    static OUT: std::sync::OnceLock<BTreeMap<Outcome, u64>> = std::sync::OnceLock::new();
-    ClientEvidence {
-        latency: LAT.get_or_init(BTreeMap::new),
-        outcomes: OUT.get_or_init(BTreeMap::new),
     }
 }
 

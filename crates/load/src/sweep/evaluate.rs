@@ -55,7 +55,7 @@ pub fn evaluate(
                     final_window,
                     "per-request engine metrics",
                 ),
-                _ => result(
+                _ => ObjectiveResult::new(
                     o,
                     *threshold_s,
                     None,
@@ -83,25 +83,6 @@ pub fn evaluate(
         .collect()
 }
 
-fn result(
-    o: &Objective,
-    threshold: f64,
-    observed: Option<f64>,
-    verdict: Verdict,
-    samples: u64,
-    reason: String,
-) -> ObjectiveResult {
-    ObjectiveResult {
-        id: o.id(),
-        description: o.describe(),
-        threshold,
-        observed,
-        verdict,
-        samples,
-        reason,
-    }
-}
-
 fn latency(
     o: &Objective,
     h: Option<&Histogram<u64>>,
@@ -112,7 +93,7 @@ fn latency(
 ) -> ObjectiveResult {
     let n = h.map_or(0, |h| h.len());
     let Some(h) = h.filter(|_| n > 0) else {
-        return result(
+        return ObjectiveResult::new(
             o,
             thr_s,
             None,
@@ -130,7 +111,7 @@ fn latency(
     let need = min_samples_for_percentile(pct);
     let share = format!("{bad} of {n} above the threshold ({source})");
     match decide(bad, n, allowed) {
-        Decision::BreachCertain => result(
+        Decision::BreachCertain => ObjectiveResult::new(
             o,
             thr_s,
             Some(observed),
@@ -138,8 +119,10 @@ fn latency(
             n,
             format!("{share}; breach certain at 95 %"),
         ),
-        Decision::PassCertain => result(o, thr_s, Some(observed), Verdict::Pass, n, share),
-        Decision::Undecided if !final_window => result(
+        Decision::PassCertain => {
+            ObjectiveResult::new(o, thr_s, Some(observed), Verdict::Pass, n, share)
+        }
+        Decision::Undecided if !final_window => ObjectiveResult::new(
             o,
             thr_s,
             Some(observed),
@@ -147,7 +130,7 @@ fn latency(
             n,
             format!("{share}; undecided so far"),
         ),
-        Decision::Undecided if n < need => result(
+        Decision::Undecided if n < need => ObjectiveResult::new(
             o,
             thr_s,
             Some(observed),
@@ -164,7 +147,7 @@ fn latency(
             } else {
                 Verdict::Fail
             };
-            result(
+            ObjectiveResult::new(
                 o,
                 thr_s,
                 Some(observed),
@@ -195,7 +178,7 @@ fn error_rate(
         .map(|(_, v)| v)
         .sum();
     if n == 0 {
-        return result(
+        return ObjectiveResult::new(
             o,
             max_ratio,
             None,
@@ -207,7 +190,7 @@ fn error_rate(
     let observed = bad as f64 / n as f64;
     let share = format!("{bad} errors + aborts of {n} finished requests");
     match decide(bad, n, max_ratio) {
-        Decision::BreachCertain => result(
+        Decision::BreachCertain => ObjectiveResult::new(
             o,
             max_ratio,
             Some(observed),
@@ -215,8 +198,10 @@ fn error_rate(
             n,
             format!("{share}; breach certain at 95 %"),
         ),
-        Decision::PassCertain => result(o, max_ratio, Some(observed), Verdict::Pass, n, share),
-        Decision::Undecided if !final_window => result(
+        Decision::PassCertain => {
+            ObjectiveResult::new(o, max_ratio, Some(observed), Verdict::Pass, n, share)
+        }
+        Decision::Undecided if !final_window => ObjectiveResult::new(
             o,
             max_ratio,
             Some(observed),
@@ -224,7 +209,7 @@ fn error_rate(
             n,
             share,
         ),
-        Decision::Undecided if n < MIN_REQUESTS_FOR_ERROR_RATE => result(
+        Decision::Undecided if n < MIN_REQUESTS_FOR_ERROR_RATE => ObjectiveResult::new(
             o,
             max_ratio,
             Some(observed),
@@ -240,7 +225,7 @@ fn error_rate(
             } else {
                 Verdict::Fail
             };
-            result(
+            ObjectiveResult::new(
                 o,
                 max_ratio,
                 Some(observed),
