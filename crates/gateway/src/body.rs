@@ -447,8 +447,8 @@ mod tests {
 
     #[test]
     fn non_stream_bodies_from_fixtures() {
-        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/fixtures/openai");
+        let dir =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/openai");
         // completion_stop.json: "stop", 3 tokens; completion_nonstream.txt: "length", 16 tokens.
         let stop = std::fs::read(dir.join("completion_stop.json")).unwrap();
         assert_eq!(non_stream_finish(&stop), (Some(Finish::Stop), Some(3)));

@@ -276,7 +276,7 @@ mod tests {
 
     fn fixture(name: &str) -> Vec<u8> {
         let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/fixtures/openai")
+            .join("../../fixtures/openai")
             .join(name);
         let raw = std::fs::read(&p).unwrap();
         // Some fixtures are whole HTTP responses: keep the body after the blank line.

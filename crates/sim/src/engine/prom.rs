@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn python_float_formatting_matches_prometheus_client() {
-        // Expected strings copied from /work/shared/fixtures/vllm/v0.32-*.prom.
+        // Expected strings copied from fixtures/vllm/v0.32-*.prom.
         assert_eq!(py_float(0.0), "0.0");
         assert_eq!(py_float(27.0), "27.0");
         assert_eq!(py_float(0.001), "0.001");
