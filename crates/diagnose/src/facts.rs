@@ -3,7 +3,7 @@
 //! it needs, so a rule can never fire on a missing number.
 
 use headroom_signals::adapter::GpuField;
-use headroom_signals::{Signal, Window};
+use headroom_signals::{Quantile, Signal, Window};
 
 /// Derived figures over one window. Times in seconds, ratios 0–1, counts as f64.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -38,6 +38,10 @@ pub struct Facts {
     pub e2e_mean_s: Option<f64>,
     /// Mean server ITL (per engine step), s.
     pub itl_mean_s: Option<f64>,
+    /// Server ITL median with its bucket bracket (`histogram_quantile(0.5, …)`).
+    pub itl_p50: Option<Quantile>,
+    /// Server ITL p95 with its bucket bracket.
+    pub itl_p95: Option<Quantile>,
     /// Queue share of server TTFT: queue mean / TTFT mean.
     pub queue_share_of_ttft: Option<f64>,
     /// Prefill share of server TTFT.
@@ -158,6 +162,8 @@ impl Facts {
             ttft_mean_s: hist_mean(w, Signal::Ttft),
             e2e_mean_s: hist_mean(w, Signal::E2e),
             itl_mean_s: hist_mean(w, Signal::Itl),
+            itl_p50: w.histogram(Signal::Itl).and_then(|h| h.quantile(0.5)),
+            itl_p95: w.histogram(Signal::Itl).and_then(|h| h.quantile(0.95)),
             preemptions: w.counter(Signal::Preemptions),
             prefix_hit_ratio: w.prefix_cache_hit_ratio(),
             prefix_queries: w.counter(Signal::PrefixCacheQueries),

@@ -114,7 +114,17 @@ impl Assessment {
     }
 }
 
+/// Prefix of the notes that report corrupt data ([`headroom_signals::DataWarning`]), so that
+/// readers and scripts can pick them out: `data warning: <metric><series>: <what was wrong>;
+/// rejected, no figure uses <metric>`.
+pub const DATA_WARNING_PREFIX: &str = "data warning: ";
+
 /// Judges one window against `slo`, with the client's view when there is one.
+///
+/// Corrupt data never becomes a figure here: signals the window rejected
+/// ([`Window::rejected`]) are reported in `notes` (prefixed [`DATA_WARNING_PREFIX`]), an
+/// objective read from one is INCONCLUSIVE with the reason, and a decision-table row that reads
+/// one is not evaluated (a note says so).
 pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> Assessment {
     let facts = Facts::of(window);
     let mut notes = Vec::new();
@@ -139,6 +149,13 @@ pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> As
         ));
     }
     notes.extend(window.notes.iter().cloned());
+    // Corrupt families were rejected by `headroom_signals::quality`; say which and why, first.
+    let data_notes: Vec<String> = window
+        .data_warnings
+        .iter()
+        .map(|d| format!("{DATA_WARNING_PREFIX}{d}"))
+        .collect();
+    notes.splice(0..0, data_notes);
 
     let refused = refusals(window, &facts, client);
     let mut objectives = judge_objectives(window, &facts, client, slo);
@@ -176,6 +193,18 @@ pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> As
     let mut fired: Vec<&'static str> = Vec::new();
     let mut findings = Vec::new();
     for rule in RULES {
+        // A row whose input was rejected as corrupt is not evaluated: its condition could only
+        // be decided on a default standing in for the rejected figure.
+        if let Some(sig) = rule.inputs.iter().find(|s| window.rejected.contains_key(s)) {
+            notes.push(format!(
+                "finding `{}` not evaluated: {}",
+                rule.id,
+                window
+                    .rejection(*sig)
+                    .unwrap_or_else(|| format!("{} rejected", sig.name()))
+            ));
+            continue;
+        }
         let ctx = rules::Context {
             facts: &facts,
             verdicts: &verdicts,
@@ -300,7 +329,7 @@ fn judge_objectives(
                     percentile,
                     threshold_s,
                 } => latency_objective(w, o, *signal, *percentile, *threshold_s),
-                Objective::ErrorRate { max_ratio } => error_objective(f, o, *max_ratio),
+                Objective::ErrorRate { max_ratio } => error_objective(w, f, o, *max_ratio),
             }
         })
         .collect()
@@ -318,6 +347,16 @@ fn latency_objective(
     threshold_s: f64,
 ) -> ObjectiveResult {
     let sig = server_signal(signal);
+    if let Some(why) = w.rejection(sig) {
+        return ObjectiveResult::new(
+            o,
+            threshold_s,
+            None,
+            Verdict::Inconclusive,
+            0,
+            format!("refused: {why}"),
+        );
+    }
     let metric = w.sources.get(&sig).cloned().unwrap_or_else(|| sig.name());
     let Some(h) = w.histogram(sig) else {
         return ObjectiveResult::new(
@@ -393,7 +432,17 @@ fn latency_objective(
     )
 }
 
-fn error_objective(f: &Facts, o: &Objective, max_ratio: f64) -> ObjectiveResult {
+fn error_objective(w: &Window, f: &Facts, o: &Objective, max_ratio: f64) -> ObjectiveResult {
+    if let Some(why) = w.rejection(Signal::RequestsFinished) {
+        return ObjectiveResult::new(
+            o,
+            max_ratio,
+            None,
+            Verdict::Inconclusive,
+            0,
+            format!("refused: {why}"),
+        );
+    }
     let Some(n) = f.finished.filter(|n| *n > 0.0) else {
         return ObjectiveResult::new(
             o,

@@ -8,6 +8,8 @@
 use headroom_core::Verdict;
 use headroom_core::verdict::{Confidence, Evidence};
 
+use headroom_signals::Signal;
+
 use crate::facts::Facts;
 
 /// What kind of statement a row makes.
@@ -79,6 +81,10 @@ pub struct Rule {
     pub trade_off: &'static str,
     /// Metrics to watch after the change.
     pub watch: &'static [&'static str],
+    /// Canonical signals the condition reads where a missing figure would count as "none" (zero
+    /// preemptions, KV usage unknown, …): when one of them was rejected as corrupt, the row is
+    /// not evaluated at all (`headroom_signals::quality`).
+    pub inputs: &'static [Signal],
     /// The condition as code.
     pub check: fn(&Context<'_>) -> Option<Match>,
 }
@@ -108,13 +114,36 @@ pub const RULES: &[Rule] = &[
             "vllm:num_requests_waiting_by_reason{reason=\"capacity\"}",
             "vllm:request_queue_time_seconds",
         ],
+        inputs: &[
+            Signal::Preemptions,
+            Signal::RequestsFinished,
+            Signal::KvCacheUsage,
+            Signal::WaitingForCapacity,
+        ],
         check: kv_pressure,
+    },
+    Rule {
+        id: "prefill_contention",
+        title: "Prefill contention: first tokens wait on long prompt processing",
+        category: Category::Bottleneck,
+        condition: "prefill ≥ 30 % of server TTFT and ≥ 100 ms mean, and either ITL spikes (ITL p95 ≥ 3 × ITL p50, bucket brackets taken pessimistically: steps carrying prefill chunks stall decode) or a TTFT objective failing with prefill ≥ 50 % of TTFT",
+        bottleneck: "prompt processing (prefill) compute: long prompts, or prefill batched against decode",
+        action: "enable chunked prefill with a smaller --max-num-batched-tokens, enable prefix caching for shared prefixes, or separate prefill and decode (disaggregation) for long-context traffic",
+        trade_off: "smaller prefill chunks lower throughput; disaggregation needs more GPUs and a KV transfer path",
+        watch: &[
+            "vllm:request_prefill_time_seconds",
+            "vllm:time_to_first_token_seconds",
+            "vllm:request_prompt_tokens",
+            "vllm:iteration_tokens_total",
+        ],
+        inputs: &[Signal::PrefillTime, Signal::Ttft],
+        check: prefill_contention,
     },
     Rule {
         id: "admission_saturation",
         title: "Admission saturation: requests wait for a batch slot, not for KV or compute",
         category: Category::Bottleneck,
-        condition: "queue time ≥ 50 % of server TTFT and ≥ 50 ms mean, no preemptions, KV-cache usage max < 0.9 (or unknown)",
+        condition: "queue time ≥ 50 % of server TTFT and ≥ 50 ms mean, no preemptions, KV-cache usage max < 0.9 (or unknown), not explained by prefill contention (which fired first), and, with ≥ 3 scrapes, some requests seen waiting",
         bottleneck: "the scheduler's admission limit (--max-num-seqs / --max-num-batched-tokens) or offered load beyond one replica: requests queue while KV room is left",
         action: "raise --max-num-seqs (and --max-num-batched-tokens) while KV usage and ITL stay within bounds; otherwise add replicas",
         trade_off: "a larger batch raises ITL/TPOT for everyone; replicas cost GPUs",
@@ -125,23 +154,14 @@ pub const RULES: &[Rule] = &[
             "vllm:kv_cache_usage_perc",
             "vllm:inter_token_latency_seconds",
         ],
-        check: admission_saturation,
-    },
-    Rule {
-        id: "prefill_contention",
-        title: "Prefill contention: first tokens wait on long prompt processing",
-        category: Category::Bottleneck,
-        condition: "prefill ≥ 30 % of server TTFT and ≥ 100 ms mean",
-        bottleneck: "prompt processing (prefill) compute: long prompts, or prefill batched against decode",
-        action: "enable chunked prefill with a smaller --max-num-batched-tokens, enable prefix caching for shared prefixes, or separate prefill and decode (disaggregation) for long-context traffic",
-        trade_off: "smaller prefill chunks lower throughput; disaggregation needs more GPUs and a KV transfer path",
-        watch: &[
-            "vllm:request_prefill_time_seconds",
-            "vllm:time_to_first_token_seconds",
-            "vllm:request_prompt_tokens",
-            "vllm:iteration_tokens_total",
+        inputs: &[
+            Signal::QueueTime,
+            Signal::Ttft,
+            Signal::Preemptions,
+            Signal::KvCacheUsage,
+            Signal::Waiting,
         ],
-        check: prefill_contention,
+        check: admission_saturation,
     },
     Rule {
         id: "decode_capacity",
@@ -157,6 +177,7 @@ pub const RULES: &[Rule] = &[
             "vllm:num_requests_running",
             "DCGM_FI_PROF_DRAM_ACTIVE",
         ],
+        inputs: &[Signal::DecodeTime, Signal::InferenceTime],
         check: decode_capacity,
     },
     Rule {
@@ -173,13 +194,14 @@ pub const RULES: &[Rule] = &[
             "DCGM_FI_DEV_GPU_TEMP",
             "DCGM_FI_DEV_POWER_USAGE",
         ],
+        inputs: &[],
         check: device_fault,
     },
     Rule {
         id: "memory_bandwidth_bound",
         title: "Memory-bandwidth bound: the GPU waits on DRAM, not on tensor cores",
         category: Category::Bottleneck,
-        condition: "GPU engine active ≥ 0.5, DRAM active ≥ 0.5 and tensor-pipe active < 0.2 (means over the window)",
+        condition: "an ITL or TPOT objective fails, and GPU engine active ≥ 0.5, DRAM active ≥ 0.5 and tensor-pipe active < 0.2 (means over the window)",
         bottleneck: "HBM bandwidth: decode reads every weight per step",
         action: "quantise before buying hardware (FP8/INT4 weights halve or quarter the bytes read per token); larger batches amortise the reads",
         trade_off: "quantisation may cost accuracy; larger batches raise ITL",
@@ -188,6 +210,7 @@ pub const RULES: &[Rule] = &[
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         ],
+        inputs: &[],
         check: memory_bandwidth_bound,
     },
     Rule {
@@ -203,6 +226,7 @@ pub const RULES: &[Rule] = &[
             "vllm:num_requests_waiting",
             "vllm:iteration_tokens_total",
         ],
+        inputs: &[Signal::Waiting, Signal::Running],
         check: batching_not_working,
     },
     Rule {
@@ -217,13 +241,14 @@ pub const RULES: &[Rule] = &[
             "http_requests_total{status=~\"4xx|5xx\"}",
             "vllm:admission_rejections_total",
         ],
+        inputs: &[Signal::HttpRequests, Signal::AdmissionRejections],
         check: errors_outside_engine,
     },
     Rule {
         id: "truncation",
         title: "Answers cut at max_tokens",
         category: Category::Workload,
-        condition: "≥ 5 % of finished requests end with finished_reason=length",
+        condition: "≥ 5 % of finished requests end with finished_reason=length (low confidence when every request ran exactly to max_tokens: a benchmark with ignore_eos looks the same on the server)",
         bottleneck: "the max_tokens cap, not the server: answers are truncated",
         action: "raise max_tokens for this class if full answers are needed (or accept truncation as the product decision it is)",
         trade_off: "longer answers hold KV blocks and batch slots longer",
@@ -232,6 +257,7 @@ pub const RULES: &[Rule] = &[
             "vllm:request_generation_tokens",
             "vllm:request_params_max_tokens",
         ],
+        inputs: &[Signal::RequestsFinished],
         check: truncation,
     },
     Rule {
@@ -246,6 +272,7 @@ pub const RULES: &[Rule] = &[
             "vllm:prefix_cache_hits_total",
             "vllm:prefix_cache_queries_total",
         ],
+        inputs: &[Signal::PrefixCacheQueries, Signal::PrefixCacheHits],
         check: low_prefix_reuse,
     },
     Rule {
@@ -260,6 +287,7 @@ pub const RULES: &[Rule] = &[
             "vllm:request_decode_time_seconds",
             "vllm:request_inference_time_seconds",
         ],
+        inputs: &[Signal::DecodeTime, Signal::InferenceTime],
         check: decode_dominated,
     },
     Rule {
@@ -274,6 +302,7 @@ pub const RULES: &[Rule] = &[
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
             "vllm:request_queue_time_seconds",
         ],
+        inputs: &[],
         check: efficient_load,
     },
     Rule {
@@ -288,6 +317,7 @@ pub const RULES: &[Rule] = &[
             "vllm:request_prompt_tokens",
             "vllm:request_generation_tokens",
         ],
+        inputs: &[],
         check: workload_changed_shape,
     },
     Rule {
@@ -299,6 +329,7 @@ pub const RULES: &[Rule] = &[
         action: "scale replicas on vllm:num_requests_waiting > 0 sustained, or vllm:kv_cache_usage_perc > 0.9; GPU utilisation reads high at any batch size",
         trade_off: "more replicas cost GPUs; scale-up takes minutes (model load)",
         watch: &["vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"],
+        inputs: &[],
         check: autoscaling_trigger,
     },
     Rule {
@@ -310,6 +341,7 @@ pub const RULES: &[Rule] = &[
         action: "add a queue_time objective (e.g. p99 < 100 ms) and alert on it; VRAM use is always near full by design (the KV pool is preallocated)",
         trade_off: "none",
         watch: &["vllm:request_queue_time_seconds"],
+        inputs: &[Signal::QueueTime, Signal::Ttft],
         check: alert_on_queue_time,
     },
 ];
@@ -393,6 +425,17 @@ fn admission_saturation(c: &Context<'_>) -> Option<Match> {
     if f.preemptions.unwrap_or(0.0) > 0.0 || f.kv_usage_max.is_some_and(|k| k >= 0.9) {
         return None;
     }
+    // Requests that queue because long prefills hold the token budget are prefill contention
+    // (engine twin: a quarter of 8k-token prompts, queue ≈ prefill ≈ 1 s), not a slot limit.
+    if c.fired.contains(&"prefill_contention") {
+        return None;
+    }
+    // With several scrapes and never a request waiting, the queue time was transient (bursts
+    // between scrapes), not a standing queue behind a slot limit. A single scrape (since server
+    // start) shows the gauges only at its end, so it cannot tell.
+    if f.gauge_samples >= 3 && f.waiting_max == Some(0.0) {
+        return None;
+    }
     let mut evidence = vec![
         ev(
             "vllm:request_queue_time_seconds",
@@ -459,6 +502,21 @@ fn prefill_contention(c: &Context<'_>) -> Option<Match> {
     if share < 0.3 || prefill < 0.1 {
         return None;
     }
+    // Without queueing, prefill *is* most of TTFT for any prompt, so the share alone fires on a
+    // healthy server (engine twin, 200-token prompts: prefill 0.13 s = 91 % of TTFT). Contention
+    // shows as decode steps stalled by prefill chunks: ITL p95 several times ITL p50, taken
+    // pessimistically (p95's lower bucket bound over p50's upper one).
+    let spikes = match (f.itl_p50, f.itl_p95) {
+        (Some(p50), Some(p95)) if p50.upper.is_finite() && p50.upper > 0.0 => {
+            Some(p95.lower / p50.upper)
+        }
+        _ => None,
+    };
+    let ttft_fails = c.verdict_of("ttft") == Some(Verdict::Fail);
+    let spiking = spikes.is_some_and(|r| r >= 3.0);
+    if !(spiking || (ttft_fails && share >= 0.5)) {
+        return None;
+    }
     let mut evidence = vec![
         ev(
             "vllm:request_prefill_time_seconds",
@@ -481,9 +539,19 @@ fn prefill_contention(c: &Context<'_>) -> Option<Match> {
             "mean prompt length",
         ));
     }
-    let ttft_fails = c.verdict_of("ttft") == Some(Verdict::Fail);
+    if let (Some(r), Some(p50), Some(p95)) = (spikes, f.itl_p50, f.itl_p95) {
+        evidence.push(ev(
+            "itl_p95_over_p50",
+            r,
+            "ratio",
+            format!(
+                "vllm:inter_token_latency_seconds p95 in [{}, {}] s over p50 in [{}, {}] s (lower / upper bound)",
+                p95.lower, p95.upper, p50.lower, p50.upper
+            ),
+        ));
+    }
     Some(Match {
-        confidence: if ttft_fails {
+        confidence: if ttft_fails && spiking {
             Confidence::High
         } else {
             Confidence::Medium
@@ -562,6 +630,13 @@ fn memory_bandwidth_bound(c: &Context<'_>) -> Option<Match> {
     let f = c.facts;
     let (gr, dram, tensor) = (f.gpu_gr_active?, f.gpu_dram_active?, f.gpu_tensor_active?);
     if gr < 0.5 || dram < 0.5 || tensor >= 0.2 {
+        return None;
+    }
+    // Decode reads every weight per step, so any busy decode-heavy GPU shows this profile
+    // (engine twin, healthy 4-client load: DRAM 0.55, tensor 0.05). It is a bottleneck only
+    // when decode speed is what breaks an objective.
+    let decode_fails = [c.verdict_of("itl"), c.verdict_of("tpot")].contains(&Some(Verdict::Fail));
+    if !decode_fails {
         return None;
     }
     Some(Match {
@@ -689,8 +764,22 @@ fn truncation(c: &Context<'_>) -> Option<Match> {
         }
         _ => false,
     };
+    // Every request ending exactly at max_tokens is what a benchmark sending `ignore_eos`
+    // produces; the server's metrics cannot tell the two apart.
+    let all_at_cap = share >= 0.999
+        && matches!((f.gen_len_mean, f.max_tokens_mean), (Some(g), Some(m)) if m > 0.0 && (g - m).abs() <= 1e-9 * m);
+    if all_at_cap {
+        evidence.push(ev(
+            "finished_length_share",
+            share,
+            "ratio",
+            "every request ran exactly to max_tokens: if the client sent ignore_eos (a benchmark), this is by design, not truncation",
+        ));
+    }
     Some(Match {
-        confidence: if share >= 0.2 || at_cap {
+        confidence: if all_at_cap {
+            Confidence::Low
+        } else if share >= 0.2 || at_cap {
             Confidence::High
         } else {
             Confidence::Medium
@@ -904,14 +993,26 @@ mod tests {
             gpu_tensor_active: Some(0.1),
             ..Facts::default()
         };
+        let itl_fails = [("itl_p95".to_owned(), Verdict::Fail)];
         let ctx = Context {
             facts: &facts,
-            verdicts: &[],
+            verdicts: &itl_fails,
             slo_has_queue_objective: false,
             workload_drift: None,
             fired: &[],
         };
         assert!(memory_bandwidth_bound(&ctx).is_some());
+        // the same GPU profile while decode meets its objective: not a bottleneck
+        let itl_passes = [("itl_p95".to_owned(), Verdict::Pass)];
+        let passing = Context {
+            verdicts: &itl_passes,
+            ..ctx
+        };
+        assert!(memory_bandwidth_bound(&passing).is_none());
+        let ctx = Context {
+            verdicts: &itl_fails,
+            ..passing
+        };
         // the T4 fixture: GR 0.156, DRAM 0.093, tensor 0.006 → not bandwidth bound
         let t4 = Facts {
             gpu_gr_active: Some(0.156205),

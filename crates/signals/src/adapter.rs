@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::exposition::{Exposition, Labels, MetricType, parse_le};
+use crate::quality::{self, DataWarning, Problem};
 
 /// The inference engine behind a scrape, detected from metric names and labels
 /// (`metrics.md` §7.3).
@@ -605,6 +606,11 @@ pub struct EngineSnapshot {
     pub kv_pool: KvPool,
     /// `process_start_time_seconds` of the API server, Unix seconds.
     pub process_start_unix_s: Option<f64>,
+    /// Signals whose family was present but corrupt in this scrape, with the metric name: no
+    /// value of theirs is in [`EngineSnapshot::values`] / [`EngineSnapshot::histograms`].
+    pub rejected: BTreeMap<Signal, String>,
+    /// Why, one entry per offending series (see [`crate::quality`]).
+    pub warnings: Vec<DataWarning>,
 }
 
 /// Reads the canonical signals of `engine` (or the detected one when `None`) from a scrape.
@@ -626,7 +632,10 @@ pub fn engine_snapshot(
         process_start_unix_s: exp
             .samples("process_start_time_seconds")
             .next()
-            .map(|s| s.value),
+            .map(|s| s.value)
+            .filter(|t| t.is_finite() && *t > 0.0),
+        rejected: BTreeMap::new(),
+        warnings: Vec::new(),
     };
     for m in mappings_for(engine) {
         let found = match m.signal.kind() {
@@ -640,8 +649,14 @@ pub fn engine_snapshot(
                 .extend(m.names.iter().map(|n| n.to_string()));
         }
     }
-    for sig in snap.sources.keys() {
-        snap.missing.remove(sig);
+    let present: Vec<Signal> = snap
+        .sources
+        .keys()
+        .chain(snap.rejected.keys())
+        .copied()
+        .collect();
+    for sig in present {
+        snap.missing.remove(&sig);
     }
     if matches!(engine, Engine::Vllm | Engine::VllmRouter)
         && let Some(cfg) = exp
@@ -679,7 +694,8 @@ fn read_values(exp: &Exposition, m: &Mapping, sel: &Selection, snap: &mut Engine
         {
             continue;
         }
-        let mut any = false;
+        let mut found: Vec<SeriesValue> = Vec::new();
+        let mut bad: Vec<DataWarning> = Vec::new();
         for s in exp.samples(name) {
             if !sel.matches(&s.labels) {
                 continue;
@@ -689,17 +705,35 @@ fn read_values(exp: &Exposition, m: &Mapping, sel: &Selection, snap: &mut Engine
             {
                 continue;
             }
-            if s.value.is_nan() {
+            if let Some((problem, detail)) = quality::check_value(m.signal, s.value) {
+                bad.push(DataWarning::rejected(
+                    name,
+                    &s.labels,
+                    m.signal.name(),
+                    problem,
+                    detail,
+                ));
                 continue;
             }
-            any = true;
-            snap.values.entry(m.signal).or_default().push(SeriesValue {
+            found.push(SeriesValue {
                 series: s.labels.clone(),
                 key: key_of(m.key, &s.labels),
                 value: s.value * m.scale,
             });
         }
-        if any {
+        if !bad.is_empty() {
+            // One corrupt series makes the family's sum (or max) wrong: reject all of it.
+            snap.rejected.insert(m.signal, name.to_string());
+            snap.values.remove(&m.signal);
+            snap.sources.remove(&m.signal);
+            snap.warnings.extend(bad);
+            return true;
+        }
+        if !found.is_empty() {
+            if snap.rejected.contains_key(&m.signal) {
+                return true;
+            }
+            snap.values.entry(m.signal).or_default().extend(found);
             snap.sources
                 .entry(m.signal)
                 .and_modify(|e| {
@@ -751,16 +785,31 @@ fn read_histogram(
                 h.sum = s.value * m.scale;
             }
         }
+        let mut count_given = std::collections::BTreeSet::new();
         for s in exp.samples(&format!("{base}_count")) {
             if let Some(h) = by_series.get_mut(&s.labels) {
                 h.count = s.value;
+                count_given.insert(s.labels.clone());
             }
         }
-        for h in by_series.values_mut() {
+        let mut bad: Vec<DataWarning> = Vec::new();
+        for (labels, h) in by_series.iter_mut() {
             if m.scale != 1.0 {
                 for b in &mut h.buckets {
                     b.0 *= m.scale;
                 }
+            }
+            if let Some((problem, detail)) =
+                quality::check_histogram(&h.buckets, h.sum, h.count, count_given.contains(labels))
+            {
+                bad.push(DataWarning::rejected(
+                    base,
+                    labels,
+                    m.signal.name(),
+                    problem,
+                    detail,
+                ));
+                continue;
             }
             if h.count.is_nan() {
                 // `_count` equals the `+Inf` bucket (exposition format spec).
@@ -771,6 +820,14 @@ fn read_histogram(
                     .map(|b| b.1)
                     .unwrap_or(f64::NAN);
             }
+        }
+        if !bad.is_empty() {
+            // The series are summed by `le` downstream: one corrupt series corrupts the sum.
+            snap.rejected.insert(m.signal, base.to_string());
+            snap.histograms.remove(&m.signal);
+            snap.sources.remove(&m.signal);
+            snap.warnings.extend(bad);
+            return true;
         }
         snap.histograms
             .entry(m.signal)
@@ -826,6 +883,14 @@ pub enum GpuField {
 }
 
 impl GpuField {
+    /// snake_case name used in JSON (`gpu_util_pct`, `power_w`, …).
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
     /// Whether the field is a counter (deltas) rather than a gauge.
     pub fn is_counter(self) -> bool {
         matches!(
@@ -934,6 +999,12 @@ pub struct GpuSnapshot {
 pub struct DcgmSnapshot {
     /// GPUs.
     pub gpus: Vec<GpuSnapshot>,
+    /// Fields whose value was outside the field's possible range (a percentage above 100, a
+    /// ratio above 1, a negative temperature below −40 °C, …): left out of
+    /// [`GpuSnapshot::fields`], with why. See [`crate::quality::gpu_range`].
+    pub warnings: Vec<DataWarning>,
+    /// `(gpu, field)` pairs left out for that reason.
+    pub rejected: Vec<(GpuId, GpuField)>,
 }
 
 /// Reads dcgm-exporter fields per GPU. Pod labels do not split a GPU: a GPU shared by several
@@ -941,6 +1012,8 @@ pub struct DcgmSnapshot {
 /// all series of one GPU carry the same device value.
 pub fn dcgm_snapshot(exp: &Exposition) -> DcgmSnapshot {
     let mut gpus: BTreeMap<GpuId, GpuSnapshot> = BTreeMap::new();
+    let mut warnings = Vec::new();
+    let mut rejected = Vec::new();
     for &(name, field, scale) in DCGM_FIELDS {
         for s in exp.samples(name) {
             let l = &s.labels;
@@ -969,8 +1042,21 @@ pub fn dcgm_snapshot(exp: &Exposition) -> DcgmSnapshot {
                     g.pods.push(a);
                 }
             }
-            if !s.value.is_nan() {
-                g.fields.insert(field, s.value * scale);
+            let v = s.value * scale;
+            if let Some(detail) = quality::check_gpu(field, v) {
+                warnings.push(DataWarning::rejected(
+                    name,
+                    &s.labels,
+                    field.name(),
+                    Problem::OutOfRange,
+                    detail,
+                ));
+                g.fields.remove(&field);
+                rejected.push((g.id.clone(), field));
+                continue;
+            }
+            if !rejected.contains(&(g.id.clone(), field)) {
+                g.fields.insert(field, v);
             }
         }
     }
@@ -978,7 +1064,11 @@ pub fn dcgm_snapshot(exp: &Exposition) -> DcgmSnapshot {
     for g in &mut out {
         g.pods.sort();
     }
-    DcgmSnapshot { gpus: out }
+    DcgmSnapshot {
+        gpus: out,
+        warnings,
+        rejected,
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,9 @@
 //!   precision bracket.
 //! * [`source`]: saved scrapes, run directories, live polling; [`promql`]: a window from a
 //!   Prometheus HTTP API.
+//! * [`quality`]: corrupt data (non-cumulative buckets, negative counts, `_count` ≠ `+Inf`,
+//!   impossible gauge values) is rejected family by family with a [`quality::DataWarning`], so it
+//!   never becomes a figure.
 //! * [`window`]: what happened between scrapes ([`window::Window`]): counter and histogram deltas
 //!   with resets handled, gauge summaries, per-GPU summaries.
 //!
@@ -33,11 +36,13 @@ pub mod adapter;
 pub mod exposition;
 pub mod histogram;
 pub mod promql;
+pub mod quality;
 pub mod scrape;
 pub mod source;
 pub mod window;
 
 pub use adapter::{Engine, Selection, Signal};
 pub use histogram::{Histogram, Quantile};
+pub use quality::{DataWarning, Problem};
 pub use scrape::{Scrape, ScrapeError, Scraper, scrape_once};
 pub use window::{GaugeSummary, Window, WindowError, WindowOptions};

@@ -9,7 +9,9 @@
 //! * counters: `sum by (<key>) (increase(<name>{<sel>}[Rs]))`;
 //! * histograms: `sum by (le) (increase(<name>_bucket{<sel>}[Rs]))`, plus `_sum` and `_count`;
 //! * gauges: `min_over_time`, `avg_over_time`, `max_over_time` of `sum(<name>{<sel>})` (or
-//!   `max(…)` for the KV-usage ratio) as a subquery `[Rs:]`, and the value at `end`;
+//!   `max(…)` for the KV-usage ratio) as a subquery `[Rs:Ss]` evaluated at the scrape interval
+//!   `S` (estimated as `R / (max(count_over_time(<name>[Rs])) − 1)`, so that a peak seen by one
+//!   scrape is not stepped over), and the value at `end`;
 //! * dcgm-exporter gauges per GPU: `min/avg/max_over_time(<name>[Rs])` and the value at `end`.
 //!
 //! Metric names containing colons (`vllm:…`) are legal PromQL identifiers and are written bare;
@@ -31,6 +33,9 @@ use crate::adapter::{
 };
 use crate::exposition::{Labels, parse_le};
 use crate::histogram::Histogram;
+use crate::quality::{
+    DataWarning, Problem, check_gpu, check_histogram_tol, check_value, merge_warning,
+};
 use crate::window::{GaugeSummary, GpuWindow, Window};
 
 /// Why a Prometheus range could not be read.
@@ -359,6 +364,8 @@ pub async fn window_from_prometheus(
             "from Prometheus {}: PromQL increase() over [{r}] extrapolates to the range edges; counts may be fractional",
             client.base
         )],
+        rejected: BTreeMap::new(),
+        data_warnings: Vec::new(),
     };
     for m in mappings_for(engine) {
         let Some(name) = m.names.iter().find(|n| present(&names, n, m.signal)) else {
@@ -383,6 +390,22 @@ pub async fn window_from_prometheus(
                 let q = format!("sum{by} (increase({}[{r}]))", selector(name, &ms));
                 let res = client.query(&q, end_unix_s).await?;
                 if res.is_empty() {
+                    continue;
+                }
+                // increase() is never negative and never NaN for a real counter
+                if let Some(bad) = res.iter().find(|s| !s.value.is_finite() || s.value < 0.0) {
+                    reject(
+                        &mut w,
+                        m.signal,
+                        name,
+                        &bad.labels,
+                        if bad.value.is_finite() {
+                            Problem::Negative
+                        } else {
+                            Problem::NotFinite
+                        },
+                        format!("increase() over the range is {}", bad.value),
+                    );
                     continue;
                 }
                 let entry = w.counters.entry(m.signal).or_default();
@@ -427,15 +450,31 @@ pub async fn window_from_prometheus(
                         end_unix_s,
                     )
                     .await?;
-                let pairs = buckets.iter().filter_map(|s| {
-                    let le = s.labels.get("le").and_then(parse_le)?;
-                    Some((le * m.scale, s.value))
-                });
-                let h = Histogram::from_pairs(
-                    pairs,
-                    sum.first().map(|s| s.value * m.scale).unwrap_or(f64::NAN),
-                    count.first().map(|s| s.value).unwrap_or(f64::NAN),
-                );
+                let pairs: Vec<(f64, f64)> = buckets
+                    .iter()
+                    .filter_map(|s| {
+                        let le = s.labels.get("le").and_then(parse_le)?;
+                        Some((le * m.scale, s.value))
+                    })
+                    .collect();
+                let sum = sum.first().map(|s| s.value * m.scale).unwrap_or(f64::NAN);
+                let count = count.first().map(|s| s.value).unwrap_or(f64::NAN);
+                // `sum by (le)` gives one value per bound, so a bound twice cannot happen; the
+                // tolerance absorbs increase()'s extrapolation factor.
+                if let Some((problem, detail)) =
+                    check_histogram_tol(&pairs, sum, count, count.is_finite(), 1e-6)
+                {
+                    reject(
+                        &mut w,
+                        m.signal,
+                        name,
+                        &Labels::new(),
+                        problem,
+                        format!("sum by (le) (increase(…_bucket)) over the range: {detail}"),
+                    );
+                    continue;
+                }
+                let h = Histogram::from_pairs(pairs, sum, count);
                 w.histograms.insert(m.signal, h);
             }
             SignalKind::Gauge => {
@@ -445,7 +484,24 @@ pub async fn window_from_prometheus(
                     "sum"
                 };
                 let inner = format!("{agg}({})", selector(name, &ms));
+                // The subquery's resolution defaults to the evaluation interval (1 m), which
+                // steps over short peaks between its points: evaluate at the scrape interval,
+                // estimated from the busiest series' sample count over the range.
+                let samples = client
+                    .query(
+                        &format!("max(count_over_time({}[{r}]))", selector(name, &ms)),
+                        end_unix_s,
+                    )
+                    .await?
+                    .first()
+                    .map(|s| s.value)
+                    .filter(|n| n.is_finite() && *n >= 2.0);
+                let res = match samples {
+                    Some(n) => format!("{}s", (range_s / (n - 1.0)).floor().max(1.0) as u64),
+                    None => String::new(),
+                };
                 let mut vals = [f64::NAN; 4];
+                let mut answered: Vec<f64> = Vec::new();
                 for (i, f) in ["min_over_time", "avg_over_time", "max_over_time", ""]
                     .iter()
                     .enumerate()
@@ -453,11 +509,20 @@ pub async fn window_from_prometheus(
                     let q = if f.is_empty() {
                         inner.clone()
                     } else {
-                        format!("{f}({inner}[{r}:])")
+                        format!("{f}({inner}[{r}:{res}])")
                     };
                     if let Some(s) = client.query(&q, end_unix_s).await?.first() {
                         vals[i] = s.value * m.scale;
+                        answered.push(s.value);
                     }
+                }
+                // Values Prometheus answered (NaN included: a NaN ratio is corrupt data); an
+                // empty answer only means no sample at that instant.
+                if let Some((problem, detail)) =
+                    answered.iter().find_map(|v| check_value(m.signal, *v))
+                {
+                    reject(&mut w, m.signal, name, &Labels::new(), problem, detail);
+                    continue;
                 }
                 if vals[..3].iter().all(|v| v.is_finite()) {
                     w.gauges.insert(
@@ -481,10 +546,11 @@ pub async fn window_from_prometheus(
             .entry(m.signal)
             .or_insert_with(|| name.to_string());
     }
-    for s in w.sources.keys() {
-        w.missing.remove(s);
+    let present: Vec<Signal> = w.sources.keys().chain(w.rejected.keys()).copied().collect();
+    for s in present {
+        w.missing.remove(&s);
     }
-    if w.sources.is_empty() {
+    if w.sources.is_empty() && w.rejected.is_empty() {
         return Err(PromError::NoData {
             url: client.base.clone(),
             range_s,
@@ -500,8 +566,27 @@ pub async fn window_from_prometheus(
                 .join(", "),
         });
     }
-    w.gpus = gpus_from_prometheus(client, &names, &r, end_unix_s).await?;
+    w.gpus = gpus_from_prometheus(client, &names, &r, end_unix_s, &mut w.data_warnings).await?;
     Ok(w)
+}
+
+fn reject(
+    w: &mut Window,
+    sig: Signal,
+    name: &str,
+    labels: &Labels,
+    problem: Problem,
+    detail: String,
+) {
+    w.rejected.insert(sig, name.to_owned());
+    w.sources.remove(&sig);
+    w.counters.remove(&sig);
+    w.histograms.remove(&sig);
+    w.gauges.remove(&sig);
+    merge_warning(
+        &mut w.data_warnings,
+        &DataWarning::rejected(name, labels, sig.name(), problem, detail),
+    );
 }
 
 fn present(names: &BTreeSet<String>, name: &str, sig: Signal) -> bool {
@@ -517,6 +602,7 @@ async fn gpus_from_prometheus(
     names: &BTreeSet<String>,
     r: &str,
     end: f64,
+    warnings: &mut Vec<DataWarning>,
 ) -> Result<Vec<GpuWindow>, PromError> {
     let mut gpus: BTreeMap<GpuId, GpuWindow> = BTreeMap::new();
     for &(name, field, scale) in DCGM_FIELDS {
@@ -560,6 +646,24 @@ async fn gpus_from_prometheus(
             }
         }
         for (id, v) in per {
+            if let Some(detail) = v
+                .iter()
+                .filter(|x| !x.is_nan())
+                .find_map(|x| check_gpu(field, *x))
+            {
+                merge_warning(
+                    warnings,
+                    &DataWarning {
+                        metric: name.to_owned(),
+                        series: format!("{{gpu=\"{}\"}}", id.gpu),
+                        signal: field.name(),
+                        problem: Problem::OutOfRange,
+                        detail,
+                        occurrences: 1,
+                    },
+                );
+                continue;
+            }
             if let Some(g) = gpus.get_mut(&id)
                 && v[..3].iter().all(|x| x.is_finite())
             {

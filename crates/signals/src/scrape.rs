@@ -50,7 +50,7 @@ impl Scrape {
         let exposition = parse_with(&body, Format::Auto, &Limits::default()).map_err(|e| {
             ScrapeError::Parse {
                 url: source.clone(),
-                source: e,
+                error: e,
             }
         })?;
         Ok(Scrape {
@@ -102,7 +102,8 @@ pub enum ScrapeError {
     },
     /// An HTML page came back: wrong port or path, or a login page in front.
     #[error(
-        "{url}: got an HTML page, not Prometheus metrics (content type {content_type:?}); check the port and the /metrics path; body starts: {body_start:?}"
+        "{url}: got an HTML page, not Prometheus metrics{}; check the port and the /metrics path; body starts: {body_start:?}",
+        content_type.as_deref().map(|c| format!(" (Content-Type: {c})")).unwrap_or_default()
     )]
     NotMetrics {
         /// The URL.
@@ -133,12 +134,16 @@ pub enum ScrapeError {
         url: String,
     },
     /// The body is not a valid exposition.
-    #[error("{url}: {source}")]
+    ///
+    /// The parse error is part of this message and deliberately *not* exposed as
+    /// [`std::error::Error::source`]: error reporters that print the chain (anyhow's `{:#}`)
+    /// would otherwise print it twice.
+    #[error("{url}: not a Prometheus/OpenMetrics exposition: {error}")]
     Parse {
-        /// The URL.
+        /// The URL or file.
         url: String,
         /// The parse error (line and what was expected).
-        source: ParseError,
+        error: ParseError,
     },
 }
 
@@ -297,7 +302,7 @@ impl Scraper {
         let exposition = parse_with(&text, Format::Auto, &Limits::default()).map_err(|e| {
             ScrapeError::Parse {
                 url: url.to_owned(),
-                source: e,
+                error: e,
             }
         })?;
         Ok(Scrape {

@@ -27,6 +27,10 @@
 //! * **Gauges**: at each scrape the selected series are combined (summed for request counts; the
 //!   maximum for the KV-cache usage ratio, since the fullest engine preempts first), then
 //!   summarised over the scrapes as min, mean, max and last.
+//! * **Corrupt data** ([`crate::quality`]): a signal whose family is corrupt in any scrape, or
+//!   whose histogram delta is impossible, is left out of the window entirely and listed in
+//!   [`Window::rejected`] with a [`DataWarning`]; a GPU field out of range in any scrape is left
+//!   out of that GPU's summaries.
 
 use std::collections::BTreeMap;
 
@@ -38,6 +42,7 @@ use crate::adapter::{
 };
 use crate::exposition::Labels;
 use crate::histogram::Histogram;
+use crate::quality::{DataWarning, check_histogram, merge_warning};
 use crate::scrape::Scrape;
 
 /// min / mean / max / last of a gauge over the scrapes of a window.
@@ -145,6 +150,13 @@ pub struct Window {
     pub counter_resets: Vec<String>,
     /// Anything else worth knowing (e.g. "only one dcgm scrape: no energy").
     pub notes: Vec<String>,
+    /// Signals whose family was corrupt in at least one scrape (or whose window delta was), with
+    /// the metric name: they are in neither `counters`, `histograms` nor `gauges`, and not in
+    /// `missing` either (see [`crate::quality`]).
+    pub rejected: BTreeMap<Signal, String>,
+    /// What was wrong, one entry per corrupt series and problem (repeats counted), GPU fields
+    /// included.
+    pub data_warnings: Vec<DataWarning>,
 }
 
 /// Why no window could be built.
@@ -206,7 +218,10 @@ impl Window {
                 )
             })
             .collect();
-        if snaps.last().is_some_and(|(_, s)| s.sources.is_empty()) {
+        if snaps
+            .last()
+            .is_some_and(|(_, s)| s.sources.is_empty() && s.rejected.is_empty())
+        {
             let looked: Vec<&str> = crate::adapter::mappings_for(if eng == Engine::Unknown {
                 Engine::Vllm
             } else {
@@ -272,11 +287,28 @@ impl Window {
             missing: last.map(|s| s.missing.clone()).unwrap_or_default(),
             counter_resets: Vec::new(),
             notes: Vec::new(),
+            rejected: BTreeMap::new(),
+            data_warnings: Vec::new(),
         };
+        // A signal corrupt in any scrape is rejected for the whole window: a delta or summary
+        // over the remaining scrapes would silently describe a different span.
+        for (_, s) in engine {
+            for (sig, name) in &s.rejected {
+                w.rejected.entry(*sig).or_insert_with(|| name.clone());
+            }
+            for d in &s.warnings {
+                merge_warning(&mut w.data_warnings, d);
+            }
+        }
         for (_, s) in engine {
             for (sig, name) in &s.sources {
-                w.sources.entry(*sig).or_insert_with(|| name.clone());
+                if !w.rejected.contains_key(sig) {
+                    w.sources.entry(*sig).or_insert_with(|| name.clone());
+                }
             }
+        }
+        for sig in w.rejected.keys() {
+            w.missing.remove(sig);
         }
         let signals: Vec<Signal> = w.sources.keys().copied().collect();
         for sig in signals {
@@ -312,13 +344,54 @@ impl Window {
                     if let Some(h) =
                         histogram_delta(engine, sig, since_start, &mut w.counter_resets)
                     {
-                        w.histograms.insert(sig, h);
+                        let pairs: Vec<(f64, f64)> =
+                            h.buckets.iter().map(|b| (b.le, b.count)).collect();
+                        // Each scrape was cumulative; the delta of two cumulative scrapes is
+                        // too unless observations above some bound were *un*-counted between
+                        // them without a reset, which no correct producer does.
+                        match check_histogram(&pairs, h.sum, h.count, h.count.is_finite()) {
+                            None => {
+                                w.histograms.insert(sig, h);
+                            }
+                            Some((problem, detail)) => {
+                                let name = w.sources.remove(&sig).unwrap_or_else(|| sig.name());
+                                merge_warning(
+                                    &mut w.data_warnings,
+                                    &DataWarning {
+                                        metric: name.clone(),
+                                        series: String::new(),
+                                        signal: sig.name(),
+                                        problem,
+                                        detail: format!(
+                                            "the increase over the window is impossible: {detail}"
+                                        ),
+                                        occurrences: 1,
+                                    },
+                                );
+                                w.rejected.insert(sig, name);
+                            }
+                        }
                     }
                 }
             }
         }
-        w.gpus = gpu_windows(dcgm, &mut w.notes);
+        w.gpus = gpu_windows(dcgm, &mut w.notes, &mut w.data_warnings);
         w
+    }
+
+    /// Why a signal was rejected, as one sentence naming the metric and what was wrong
+    /// (`vllm:time_to_first_token_seconds{…}: buckets are not cumulative: …`); `None` when it
+    /// was not.
+    pub fn rejection(&self, sig: Signal) -> Option<String> {
+        let metric = self.rejected.get(&sig)?;
+        let name = sig.name();
+        Some(
+            self.data_warnings
+                .iter()
+                .find(|d| d.signal == name)
+                .map(|d| format!("{}{} rejected: {}", d.metric, d.series, d.detail))
+                .unwrap_or_else(|| format!("{metric} rejected")),
+        )
     }
 
     /// Duration in seconds, when the start is known.
@@ -351,7 +424,12 @@ impl Window {
 
     /// Finished requests over the window: the `finished_reason` counter, else the E2E histogram's
     /// count.
+    /// `None` when the `finished_reason` counter was rejected as corrupt (its replacement would
+    /// be a different figure under the same name).
     pub fn requests_finished(&self) -> Option<f64> {
+        if self.rejected.contains_key(&Signal::RequestsFinished) {
+            return None;
+        }
         self.counter(Signal::RequestsFinished)
             .or_else(|| self.histogram(Signal::E2e).map(|h| h.count))
     }
@@ -496,9 +574,23 @@ fn histogram_delta(
     Some(Histogram::from_pairs(pairs, sum, count))
 }
 
-fn gpu_windows(dcgm: &[(f64, DcgmSnapshot)], notes: &mut Vec<String>) -> Vec<GpuWindow> {
+fn gpu_windows(
+    dcgm: &[(f64, DcgmSnapshot)],
+    notes: &mut Vec<String>,
+    warnings: &mut Vec<DataWarning>,
+) -> Vec<GpuWindow> {
     let mut by_gpu: BTreeMap<GpuId, GpuWindow> = BTreeMap::new();
     let mut series: BTreeMap<(GpuId, GpuField), Vec<f64>> = BTreeMap::new();
+    // a field out of range in any scrape is left out for the whole window
+    let rejected: std::collections::BTreeSet<(GpuId, GpuField)> = dcgm
+        .iter()
+        .flat_map(|(_, s)| s.rejected.iter().cloned())
+        .collect();
+    for (_, snap) in dcgm {
+        for d in &snap.warnings {
+            merge_warning(warnings, d);
+        }
+    }
     for (_, snap) in dcgm {
         for g in &snap.gpus {
             let gw = by_gpu.entry(g.id.clone()).or_insert_with(|| GpuWindow {
@@ -525,6 +617,9 @@ fn gpu_windows(dcgm: &[(f64, DcgmSnapshot)], notes: &mut Vec<String>) -> Vec<Gpu
         );
     }
     for ((id, field), vals) in series {
+        if rejected.contains(&(id.clone(), field)) {
+            continue;
+        }
         let Some(gw) = by_gpu.get_mut(&id) else {
             continue;
         };
