@@ -315,6 +315,29 @@ fn source_of(r: &Read) -> DiagnosisSource {
     }
 }
 
+/// The report's JSON ([`diagnosis::json`]) with one more top-level array per window:
+/// `data_warnings`, each `{"metric", "series", "signal", "problem", "detail", "occurrences"}`
+/// ([`headroom_signals::DataWarning`]), empty when the data was consistent. `problem` is one of
+/// `not_cumulative`, `duplicate_bound`, `negative`, `count_mismatch`, `not_finite`,
+/// `out_of_range`.
+fn json_with_data_warnings(ds: &[Diagnosis], reads: &[Read]) -> Result<String> {
+    let mut out = Vec::with_capacity(ds.len());
+    for (d, r) in ds.iter().zip(reads) {
+        let mut v = serde_json::to_value(d)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "data_warnings".to_owned(),
+                serde_json::to_value(&r.window.data_warnings)?,
+            );
+        }
+        out.push(v);
+    }
+    Ok(match out.as_slice() {
+        [one] => serde_json::to_string_pretty(one)?,
+        many => serde_json::to_string_pretty(many)?,
+    })
+}
+
 /// Runs `headroom diagnose`; returns the exit status (see the module docs).
 ///
 /// # Errors
@@ -330,6 +353,9 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
                 "warning: {reset}; the increase counts the values before and after the reset, as PromQL increase() does"
             );
         }
+        for d in &r.window.data_warnings {
+            eprintln!("warning: {d}");
+        }
         ds.push(Diagnosis {
             source: source_of(r),
             class: a.class.clone(),
@@ -337,7 +363,7 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
         });
     }
     let text = match a.format {
-        Format::Json => diagnosis::json(&ds)? + "\n",
+        Format::Json => json_with_data_warnings(&ds, &reads)? + "\n",
         Format::Terminal => ds
             .iter()
             .map(diagnosis::terminal)

@@ -798,3 +798,143 @@ async fn prometheus_run(bin: PathBuf) {
         .unwrap_or_else(|| panic!("no error row in:\n{text}"));
     assert!(err_row.contains("100 %"), "{err_row}");
 }
+
+/// The lines of stderr that are errors (`error: …`), for checking their exact shape.
+fn error_lines(o: &Output) -> Vec<String> {
+    stderr(o)
+        .lines()
+        .filter(|l| l.contains("error"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_malformed_scrape_file_is_reported_once_with_file_line_and_expectation() {
+    let dir = tempdir();
+    let bad = write(
+        dir.path(),
+        "bad.prom",
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\"} three\n",
+    );
+    let bad = bad.to_str().unwrap();
+    let o = headroom(&["diagnose", "--from", bad]);
+    assert_bad(&o, &[bad]);
+    let e = stderr(&o);
+    // one line, one `error:`, the file named once, the line named once, the cause once
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert_eq!(e.matches("error").count(), 1, "{e}");
+    assert!(e.starts_with(&format!("error: {bad}: ")), "{e}");
+    assert_eq!(e.matches(bad).count(), 1, "{e}");
+    assert_eq!(e.matches("line 2").count(), 1, "{e}");
+    assert_eq!(e.matches("not a float").count(), 1, "{e}");
+    assert!(
+        e.contains("`three`") || e.contains("three"),
+        "names what it read: {e}"
+    );
+}
+
+#[test]
+fn an_html_page_is_reported_once_naming_the_url() {
+    let port = canned_server(
+        http(
+            "text/html; charset=utf-8",
+            "<!DOCTYPE html><html><body>Grafana</body></html>",
+        ),
+        2,
+    );
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let o = headroom(&["diagnose", "--url", &url, "--duration", "0s"]);
+    assert_bad(&o, &[&url]);
+    let errs = error_lines(&o);
+    assert_eq!(errs.len(), 1, "{}", stderr(&o));
+    let e = &errs[0];
+    assert!(
+        e.starts_with(&format!("error: {url}: got an HTML page")),
+        "{e}"
+    );
+    assert_eq!(e.matches(&url).count(), 1, "{e}");
+    assert_eq!(e.matches("HTML page").count(), 1, "{e}");
+    // the content type as sent, not a Rust `Some("…")`
+    assert!(
+        e.contains("(Content-Type: text/html; charset=utf-8)"),
+        "{e}"
+    );
+    assert!(!e.contains("Some("), "{e}");
+}
+
+#[test]
+fn corrupt_families_are_data_warnings_in_every_format() {
+    let dir = tempdir();
+    // the queueing fixture with its TTFT histogram made non-cumulative: le="0.5" (line 300 of
+    // the fixture holds 4) lowered below le="0.25" (4) to 1
+    let body = std::fs::read_to_string(fixture(QUEUEING)).unwrap();
+    let needle =
+        "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.5\",model_name=\"tiny\"} 4.0";
+    assert!(body.contains(needle), "fixture changed");
+    let bad = write(
+        dir.path(),
+        "corrupt.prom",
+        &body.replace(
+            needle,
+            "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.5\",model_name=\"tiny\"} 1.0",
+        ),
+    );
+    let bad = bad.to_str().unwrap();
+    let o = headroom(&["diagnose", "--from", bad, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    let w = &v["data_warnings"];
+    assert_eq!(w.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(w[0]["metric"], "vllm:time_to_first_token_seconds");
+    assert_eq!(w[0]["series"], "{engine=\"0\",model_name=\"tiny\"}");
+    assert_eq!(w[0]["signal"], "ttft");
+    assert_eq!(w[0]["problem"], "not_cumulative");
+    assert_eq!(w[0]["occurrences"], 1);
+    assert!(
+        w[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("le=\"0.5\" holds 1, fewer than le=\"0.25\" with 4"),
+        "{w}"
+    );
+    // the TTFT objective of the built-in SLO is refused, and no figure comes from TTFT
+    let ttft = v["objectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"].as_str().unwrap().starts_with("ttft"))
+        .unwrap();
+    assert_eq!(ttft["verdict"], "INCONCLUSIVE");
+    assert!(ttft["observed"].is_null());
+    for s in v["steps"].as_array().unwrap() {
+        for f in s["figures"].as_array().unwrap() {
+            assert!(
+                !f["source"]
+                    .as_str()
+                    .unwrap()
+                    .contains("time_to_first_token"),
+                "{f}"
+            );
+        }
+    }
+    // stderr warns once
+    let e = stderr(&o);
+    assert_eq!(
+        e.matches("warning: vllm:time_to_first_token_seconds")
+            .count(),
+        1,
+        "{e}"
+    );
+    // a consistent file has an empty array (stable shape)
+    let o = headroom(&["diagnose", "--from", &fixture(QUEUEING), "--format", "json"]);
+    assert_eq!(json(&o)["data_warnings"], serde_json::json!([]));
+    for format in ["terminal", "markdown"] {
+        let o = headroom(&["diagnose", "--from", bad, "--format", format]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let t = stdout(&o);
+        assert!(
+            t.contains("data warning: vllm:time_to_first_token_seconds{engine=\"0\",model_name=\"tiny\"}: buckets are not cumulative"),
+            "{format}: {t}"
+        );
+    }
+}
