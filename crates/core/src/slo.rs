@@ -168,10 +168,7 @@ impl SloFile {
     }
 
     fn validate(&self, origin: &Path) -> Result<(), YamlError> {
-        let err = |m: String| YamlError {
-            path: origin.to_path_buf(),
-            message: m,
-        };
+        let err = |m: String| YamlError::new(origin, m);
         if self.objectives.is_empty() {
             return Err(err(
                 "field `objectives`: expected at least one class (use \"*\" for all)".into(),
@@ -496,7 +493,8 @@ mod tests {
             ),
         ] {
             let e = parse(text).unwrap_err().to_string();
-            assert!(e.starts_with("slo.yaml: "), "{e}");
+            assert!(e.starts_with("slo.yaml:"), "{e}");
+            assert!(!e.contains("error:") && !e.contains("<input>"), "{e}");
             assert!(e.contains(needle), "{needle} not in: {e}");
         }
     }

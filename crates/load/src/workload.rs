@@ -584,10 +584,8 @@ impl Workload {
     /// # Errors
     /// [`YamlError`] naming the file, with line, column and field of the first problem.
     pub fn load(path: &Path) -> Result<Workload, YamlError> {
-        let text = std::fs::read_to_string(path).map_err(|e| YamlError {
-            path: path.to_path_buf(),
-            message: format!("cannot read file: {e}"),
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| YamlError::new(path, format!("cannot read file: {e}")))?;
         let base = path.parent().unwrap_or(Path::new("."));
         Workload::parse(&text, path, base)
     }
@@ -602,12 +600,8 @@ impl Workload {
         // A second, lenient pass records where each field sits, so that semantic errors (min >
         // max, weight ≤ 0, a missing dataset) carry a line and column too.
         let locs: Locs = parse_yaml(text, origin).unwrap_or_default();
-        let err = |loc: Option<(u64, u64)>, field: String, msg: String| YamlError {
-            path: origin.to_path_buf(),
-            message: match loc {
-                Some((l, c)) if l > 0 => format!("line {l} column {c}: {field}: {msg}"),
-                _ => format!("{field}: {msg}"),
-            },
+        let err = |loc: Option<(u64, u64)>, field: String, msg: String| {
+            YamlError::at(origin, text, loc, format!("{field}: {msg}"))
         };
         let class_loc = |i: usize, f: fn(&ClassLocs) -> &Option<Spanned<IgnoredAny>>| {
             locs.classes.get(i).and_then(|c| {
@@ -957,19 +951,18 @@ mod tests {
             (
                 MIN.replace("{fixed: 5}", "{uniform: {min: 9, max: 3}}"),
                 vec![
-                    "workload.yaml: ",
-                    "line 5",
+                    "workload.yaml:5:",
                     "classes[0] (`a`).max_tokens",
                     "min 9 > max 3",
                 ],
             ),
             (
                 MIN.replace("- name: a\n", "- name: a\n    weight: 0\n"),
-                vec!["line 4", "classes[0] (`a`).weight", "positive"],
+                vec!["workload.yaml:4:", "classes[0] (`a`).weight", "positive"],
             ),
             (
                 MIN.replace("prompt_tokens: {fixed: 10}", "prompt_tokens: {fixd: 10}"),
-                vec!["workload.yaml: ", "fixd"],
+                vec!["workload.yaml:", "fixd"],
             ),
             (
                 MIN.replace(
@@ -1010,9 +1003,9 @@ mod tests {
             ),
             (
                 format!("warmup: 5 parsecs\n{MIN}"),
-                vec!["workload.yaml: ", "unknown unit"],
+                vec!["workload.yaml:1:", "unknown unit"],
             ),
-            (format!("measure: soon\n{MIN}"), vec!["line 1", "`soon`"]),
+            (format!("measure: soon\n{MIN}"), vec!["workload.yaml:1:", "`soon`"]),
             (format!("{MIN}extra: 1\n"), vec!["extra"]),
         ] {
             let e = match parse(&text) {
@@ -1022,6 +1015,7 @@ mod tests {
             for n in needles {
                 assert!(e.contains(n), "`{n}` not in: {e}");
             }
+            assert!(!e.contains("error:") && !e.contains("<input>"), "{e}");
         }
     }
 
@@ -1073,7 +1067,7 @@ mod tests {
         let text = "load: {mode: rate}\nclasses:\n  - name: e\n    dataset: {path: empty.jsonl, format: jsonl}\n    max_tokens: {fixed: 1}\n";
         let e = Workload::parse(text, Path::new("w.yaml"), dir.path()).unwrap_err();
         assert!(
-            e.to_string().contains("line 4") && e.to_string().contains("no usable entry"),
+            e.to_string().contains("w.yaml:4:") && e.to_string().contains("no usable entry"),
             "{e}"
         );
     }

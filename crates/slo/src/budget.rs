@@ -488,10 +488,12 @@ mod tests {
     #[test]
     fn bad_freeze_at_names_the_field() {
         let mut f = SloFile::parse(
-            "objectives:\n  a: {error_rate: 1%}\nbudget: {window: 30d, target: 99%, freeze_at: 150%}\n",
+            "objectives:\n  a: {error_rate: 1%}\nbudget: {window: 30d, target: 99%, freeze_at: 50%}\n",
             std::path::Path::new("slo.yaml"),
         )
         .unwrap();
+        // `SloFile::parse` already refuses 150 %; a file built in code must be refused here too.
+        f.budget.as_mut().unwrap().freeze_at = 1.5;
         let e = policy(&f).unwrap_err().to_string();
         assert!(e.starts_with("budget.freeze_at: 1.5 is outside"), "{e}");
         f.budget = None;

@@ -132,14 +132,37 @@ pub fn sum_where(text: &str, family: &str, needles: &[&str]) -> f64 {
         .sum()
 }
 
-/// The twin's aborted-request count (`vllm:request_success_total{finished_reason="abort"}`).
-pub async fn twin_aborts(twin: SocketAddr) -> f64 {
-    let text = scrape(twin).await;
-    sum_where(
-        &text,
-        "vllm:request_success_total",
-        &["finished_reason=\"abort\""],
-    )
+/// Waits (at most `within`) until the engine twin has dropped every request: no request running
+/// or waiting, and `vllm:generation_tokens_total` unchanged over 300 ms. Returns the generated
+/// token total then, or `None` if the engine was still busy when `within` ran out.
+///
+/// This is how a cancellation shows on a real vLLM 0.32: a request whose client went away is
+/// counted in no `request_success_total` reason (not even `abort`); it simply stops generating
+/// and leaves the running set (measured live by `scripts/conformance/vllm.sh` step `cancel`).
+pub async fn wait_engine_idle(twin: SocketAddr, within: Duration) -> Option<f64> {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < within {
+        let a = scrape(twin).await;
+        let busy = sum_where(&a, "vllm:num_requests_running", &[])
+            + sum_where(&a, "vllm:num_requests_waiting", &[]);
+        if busy == 0.0 {
+            let gen_a = sum_where(&a, "vllm:generation_tokens_total", &[]);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let b = scrape(twin).await;
+            if sum_where(&b, "vllm:generation_tokens_total", &[]) == gen_a {
+                return Some(gen_a);
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    None
+}
+
+/// Requests the engine twin counts as finished, by every `finished_reason`
+/// (`vllm:request_success_total`).
+pub async fn twin_finished(twin: SocketAddr) -> f64 {
+    sum_where(&scrape(twin).await, "vllm:request_success_total", &[])
 }
 
 /// A streaming completions body.

@@ -406,20 +406,46 @@ impl Engine {
         RequestId(uid)
     }
 
-    /// Aborts a request: frees its KV blocks and counts it under `finished_reason="abort"`.
+    /// Aborts a request inside the engine: frees its KV blocks and counts it under
+    /// `vllm:request_success_total{finished_reason="abort"}` and the finished-request histograms
+    /// (E2E, token counts), as vLLM does for a request its engine core finishes as aborted.
     /// Unknown or already finished ids are ignored.
     pub fn abort(&mut self, id: RequestId, now_s: f64) {
+        if let Some(slot) = self.detach(id) {
+            self.finish(slot, FinishReason::Abort, now_s);
+        }
+    }
+
+    /// Cancels a request whose client went away: frees its KV blocks and stops its generation,
+    /// but counts it nowhere among finished requests, exactly as vLLM 0.32 does. There the API
+    /// server aborts the request through `OutputProcessor.abort_requests`, which drops the
+    /// request's state before the engine core reports a `finished_reason`, so
+    /// `vllm:request_success_total` (every `finished_reason`, `abort` included), the E2E, queue,
+    /// prefill, decode and token histograms do not move; only what was already observed (its TTFT,
+    /// `prompt_tokens_total`, `generation_tokens_total`) stays. Verified against a live vLLM 0.32
+    /// by `scripts/conformance/vllm.sh` (steps `cancel` and `twin-cancel`). Unknown or already
+    /// finished ids are ignored.
+    pub fn cancel(&mut self, id: RequestId, _now_s: f64) {
+        if let Some(slot) = self.detach(id)
+            && let Some(r) = self.slab[slot as usize].take()
+        {
+            self.pool.free(&r.blocks);
+            self.by_id.remove(&r.uid);
+            self.free_slots.push(slot);
+        }
+    }
+
+    /// Removes a live request from whichever queue holds it; its slot, if it was live.
+    fn detach(&mut self, id: RequestId) -> Option<u32> {
         self.recent_queue.clear();
-        let Some(&slot) = self.by_id.get(&id.0) else {
-            return;
-        };
+        let &slot = self.by_id.get(&id.0)?;
         let status = self.req(slot).status;
         match status {
             Status::Pending => self.pending.retain(|&s| s != slot),
             Status::Waiting => self.waiting.retain(|&s| s != slot),
             Status::Running => self.running.retain(|&s| s != slot),
         }
-        self.finish(slot, FinishReason::Abort, now_s);
+        Some(slot)
     }
 
     fn req(&self, slot: u32) -> &Request {

@@ -252,6 +252,42 @@ fn abort_frees_blocks_and_counts_abort() {
 }
 
 #[test]
+fn client_cancel_frees_blocks_and_counts_no_finished_request() {
+    // vLLM 0.32 (measured live by scripts/conformance/vllm.sh `cancel`): a request whose client
+    // disconnected keeps its TTFT observation and the tokens it generated, but appears in no
+    // request_success_total reason and no finished-request histogram.
+    let cfg = cfg_with(|s| s.time_scale = 0.0);
+    let mut e = Engine::new(cfg).unwrap();
+    let a = e.add_request(req(100, 1000), 0.0);
+    let b = e.add_request(req(100, 1000), 0.0);
+    let mut generated = 0;
+    for _ in 0..6 {
+        generated += e.step(0.0).tokens.len() as u64;
+    }
+    assert!(generated > 2, "both requests produced tokens: {generated}");
+    let before = e.stats().clone();
+    e.cancel(a, 0.5);
+    e.cancel(a, 0.6); // a second cancel is ignored
+    let st = e.stats();
+    assert_eq!(st.success_stop + st.success_length + st.success_abort, 0);
+    assert_eq!(st.e2e.count(), 0);
+    assert_eq!(st.request_generation_tokens.count(), 0);
+    assert_eq!(st.ttft.count(), before.ttft.count());
+    assert_eq!(st.ttft.count(), 2);
+    assert_eq!(st.generation_tokens, before.generation_tokens);
+    assert_eq!(e.num_running(), 1);
+    // The survivor runs alone; the cancelled request never produces another token.
+    let gen_before = e.stats().generation_tokens;
+    let r = e.step(0.0);
+    assert_eq!(r.tokens.len(), 1);
+    assert_eq!(e.stats().generation_tokens, gen_before + 1);
+    e.cancel(b, 0.7);
+    assert_eq!(e.kv_cache_usage(), 0.0);
+    assert!(!e.has_work() || e.step(0.7).tokens.is_empty());
+    assert_eq!(e.stats().generation_tokens, gen_before + 1);
+}
+
+#[test]
 fn usage_counts_blocks_of_running_requests() {
     let cfg = cfg_with(|s| {
         s.time_scale = 0.0;

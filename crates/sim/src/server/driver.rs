@@ -295,7 +295,9 @@ impl Driver {
             Command::Abort { key } => {
                 if let Some(id) = self.by_key.remove(&key) {
                     self.key_of.remove(&id);
-                    self.engine.abort(id, self.clock.now_s());
+                    // The client went away: vLLM cancels such a request without counting it
+                    // among finished requests (see `Engine::cancel`).
+                    self.engine.cancel(id, self.clock.now_s());
                     if let Some(slot) = self.by_id.remove(&id) {
                         let produced = slot.progress().produced;
                         slot.publish(produced, Some(Finish::Abort));

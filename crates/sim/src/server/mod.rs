@@ -33,6 +33,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -224,6 +225,13 @@ async fn serve_router(
     let signal = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
+    // TCP_NODELAY on every accepted connection, as vLLM's server has it (Python's asyncio sets
+    // it on every TCP transport): without it Nagle's algorithm holds back small SSE chunks
+    // behind unacknowledged ones, adding up to a delayed-ACK interval (~40 ms) to a token's
+    // arrival.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     if let Err(e) = axum::serve(listener, router)
         .with_graceful_shutdown(signal)
         .await
