@@ -41,6 +41,10 @@ pub struct ClientView {
     pub output_tokens: Option<u64>,
     /// Set when the realised workload drifted from its spec (what drifted).
     pub workload_drift: Option<String>,
+    /// Share (0–1, by mix weight) of the requests the client sent with vLLM's `ignore_eos: true`,
+    /// which makes every such answer run to `max_tokens` and end with `finished_reason="length"`
+    /// by design. `None` when unknown (a `diagnose` of a live server).
+    pub ignore_eos_share: Option<f64>,
 }
 
 /// One figure of a step, with its source metric.
@@ -210,6 +214,7 @@ pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> As
             verdicts: &verdicts,
             slo_has_queue_objective,
             workload_drift: client.and_then(|c| c.workload_drift.as_deref()),
+            ignore_eos_share: client.and_then(|c| c.ignore_eos_share),
             fired: &fired,
         };
         if let Some(m) = (rule.check)(&ctx) {

@@ -36,6 +36,9 @@ pub struct Context<'a> {
     pub slo_has_queue_objective: bool,
     /// The client's note that the workload drifted from its spec, if any.
     pub workload_drift: Option<&'a str>,
+    /// Share of requests the client sent with `ignore_eos` (see
+    /// [`crate::ClientView::ignore_eos_share`]); `None` when unknown.
+    pub ignore_eos_share: Option<f64>,
     /// Ids of rows that already fired (rows are evaluated in table order).
     pub fired: &'a [&'static str],
 }
@@ -746,12 +749,26 @@ fn truncation(c: &Context<'_>) -> Option<Match> {
         return None;
     }
     let share = len / fin;
+    // Requests sent with ignore_eos end at max_tokens by design: only the length share beyond
+    // theirs is truncation. When the client sent every request that way, nothing here can be.
+    let by_design = c.ignore_eos_share.unwrap_or(0.0).clamp(0.0, 1.0);
+    if by_design >= 0.999 || share - by_design < 0.05 {
+        return None;
+    }
     let mut evidence = vec![ev(
         "vllm:request_success_total{finished_reason=\"length\"}",
         len,
         "count",
         format!("{:.1} % of {fin} finished requests", share * 100.0),
     )];
+    if by_design > 0.0 {
+        evidence.push(ev(
+            "client_ignore_eos_share",
+            by_design,
+            "ratio",
+            "of the requests were sent with ignore_eos and end at max_tokens by design",
+        ));
+    }
     let at_cap = match (f.gen_len_mean, f.max_tokens_mean) {
         (Some(g), Some(m)) if m > 0.0 => {
             evidence.push(ev(
@@ -978,6 +995,7 @@ mod tests {
             verdicts: &[],
             slo_has_queue_objective: false,
             workload_drift: None,
+            ignore_eos_share: None,
             fired: &[],
         };
         for r in RULES {
@@ -999,6 +1017,7 @@ mod tests {
             verdicts: &itl_fails,
             slo_has_queue_objective: false,
             workload_drift: None,
+            ignore_eos_share: None,
             fired: &[],
         };
         assert!(memory_bandwidth_bound(&ctx).is_some());

@@ -9,7 +9,7 @@
 //! KV usage, are only seen at scrape times, exactly as for a real server).
 
 use headroom_core::{LatencySignal, Objective, SloSpec};
-use headroom_diagnose::{Assessment, Category, assess};
+use headroom_diagnose::{Assessment, Category, ClientView, assess};
 use headroom_signals::{Scrape, Window, WindowOptions};
 use headroom_sim::{Engine, NewRequest, SimSpec};
 
@@ -355,7 +355,42 @@ fn answers_cut_at_max_tokens_are_truncation_and_natural_stops_are_not() {
         })
         .collect();
     let s = drive(&mut e, 4, cut, 60.0, 5.0);
-    let (_, a) = judge(&s, &slo(0.1));
+    let (w, a) = judge(&s, &slo(0.1));
     only(&a, None);
     assert!(a.finding("truncation").is_some(), "{:?}", a.finding_ids());
+
+    // The same server view from a sweep whose client sent every request with ignore_eos: the
+    // answers end at max_tokens by design, so this is not truncation.
+    let all = ClientView {
+        ignore_eos_share: Some(1.0),
+        ..ClientView::default()
+    };
+    let a = assess(&w, Some(&all), &slo(0.1));
+    assert!(a.finding("truncation").is_none(), "{:?}", a.finding_ids());
+    // Half of them with ignore_eos: the other half still ended at the cap (100 % length, 50 %
+    // by design), which is truncation, with the by-design share in the evidence.
+    let half = ClientView {
+        ignore_eos_share: Some(0.5),
+        ..ClientView::default()
+    };
+    let a = assess(&w, Some(&half), &slo(0.1));
+    let f = a
+        .finding("truncation")
+        .expect("truncation beyond the ignore_eos share");
+    assert!(
+        f.finding
+            .evidence
+            .iter()
+            .any(|e| e.metric == "client_ignore_eos_share" && e.value == 0.5)
+    );
+    // 97 % by design leaves 3 % unexplained, under the 5 % threshold.
+    let most = ClientView {
+        ignore_eos_share: Some(0.97),
+        ..ClientView::default()
+    };
+    assert!(
+        assess(&w, Some(&most), &slo(0.1))
+            .finding("truncation")
+            .is_none()
+    );
 }

@@ -84,6 +84,20 @@ pub struct Phase {
     pub plans: Vec<ClassPlan>,
 }
 
+/// Share of a phase's requests sent with `ignore_eos`, by mix weight (1 or 0 for one class).
+fn ignore_eos_share(plans: &[ClassPlan]) -> f64 {
+    let total: f64 = plans.iter().map(|p| p.weight).sum();
+    if total <= 0.0 {
+        return 0.0;
+    }
+    plans
+        .iter()
+        .filter(|p| p.ignore_eos)
+        .map(|p| p.weight)
+        .sum::<f64>()
+        / total
+}
+
 /// Each class alone (weight 1), then all together by weight when there is more than one.
 pub fn phases(plans: &[ClassPlan]) -> Vec<Phase> {
     let mut out: Vec<Phase> = plans
@@ -636,6 +650,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
                 requests_finished: None,
                 output_tokens: None,
                 workload_drift: drift(&total.tokens),
+                ignore_eos_share: Some(ignore_eos_share(&j.phase.plans)),
             };
             // With per-request queue times for every class, the mix needs no histogram verdict.
             let per_request_all = rec.classes.iter().all(|c| !c.queue_time.is_empty());
