@@ -1,27 +1,43 @@
 //! What the gateway adds, measured side by side with the direct path in one run.
 //!
 //! Setup (all loopback): the engine twin on its own thread (current-thread runtime, step times
-//! scaled by `TIME_SCALE`, batch and KV pool large enough that `STREAMS` requests run at once);
-//! the gateway in a **child process** (this binary re-run with `HEADROOM_GW_BENCH_UPSTREAM` set,
-//! `GW_THREADS` tokio workers) so its CPU time and RSS are its own; `STREAMS` closed-loop client
-//! connections (minimal hyper HTTP/1.1, one stream each, back to back) on a 2-worker runtime.
+//! scaled by `TIME_SCALE`, batch and KV pool large enough that every stream runs at once); two
+//! **child processes** (this binary re-run), so their CPU time and RSS are their own: the
+//! gateway (`GW_THREADS` tokio workers) and a bare TCP relay (one worker, `copy_bidirectional`
+//! per connection, `TCP_NODELAY` both ways) that does nothing but read and write each chunk —
+//! the floor any user-space proxy pays on this machine. Clients: closed-loop streams (minimal
+//! hyper HTTP/1.1, one connection each, back to back) on a 2-worker runtime.
 //!
-//! Phases, each `SECONDS` long after a 2 s warm-up, alternating `ROUNDS` times: direct (client →
-//! twin), then through the gateway (client → gateway → twin). Printed per phase: requests, SSE
-//! events and body frames received, TTFT p50/p90/p99/max (send → first body frame; every request
-//! of a completions stream starts with a content chunk). For gateway phases also the gateway
-//! process's CPU time over the phase per forwarded SSE event and per frame, and its RSS while the
-//! streams are open minus its RSS idle before the phase, divided by `STREAMS`.
+//! For each concurrency `n` in `STREAMS`, three phases, each `SECONDS` long after a 2 s warm-up:
+//! 1. `direct`: `n` streams to the twin;
+//! 2. `relay`: `n` streams through the bare relay (CPU floor);
+//! 3. `gateway`: `n` streams through the gateway **and, at the same time**, `WITNESS` streams
+//!    straight to the twin (`witness`). The witnesses share the twin's batches, the client
+//!    runtime and the machine's load with the gateway streams, so the gateway's p99 minus the
+//!    witnesses' p99 is the TTFT the gateway path adds, free of the twin's step-to-step noise.
 //!
-//! The added TTFT p99 is the gateway phase's p99 minus the direct phase's p99 of the same round.
+//! Printed per phase: requests, SSE events and body frames received, TTFT p50/p90/p99/max (send
+//! → first body frame; every request of a completions stream starts with a content chunk). For
+//! the relay and the gateway also the child's CPU over the phase (utime and stime from
+//! `/proc/PID/stat`) per SSE event, split into user and kernel time (on loopback a write also
+//! pays for the receiving socket's TCP processing), its RSS while the streams are open minus its
+//! RSS before the phase per stream, and how long its threads waited for a CPU (run delay from
+//! `/proc/PID/task/*/schedstat`, ms per s of wall time). For the gateway also its event-loop lag
+//! (every 1 ms a probe task in the child yields and times how long it waits to run again, p99) and its own per-request overhead
+//! from its `/metrics` (`headroom_gateway_overhead_seconds`: the share within 0.5 ms and the
+//! bucket holding the p99). The machine's state (`/proc/stat` busy share of all cores, load
+//! average) is printed with each phase: the TTFT figures only mean what they say when the
+//! machine is not saturated.
 //!
 //! Run: `cargo bench -p headroom-gateway --bench gateway_overhead`; environment `STREAMS`
-//! (default 1000), `MAX_TOKENS` (default 64), `SECONDS` (default 8), `TIME_SCALE` (default 0.05),
-//! `ROUNDS` (default 1), `GW_THREADS` (default 1).
+//! (comma list, default `100,1000`), `WITNESS` (default 100), `MAX_TOKENS` (default 64; each request draws from half to 1.5 times it),
+//! `SECONDS` (default 8), `TIME_SCALE` (default 0.25: the default preset's step at 1,000
+//! running sequences is ~200 ms, so ~50 ms ITL, ~20k chunks/s, like a large GPU), `ROUNDS` (default 1),
+//! `GW_THREADS` (default 1).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,10 +45,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use headroom_sim::SimSpec;
 use headroom_sim::server::{ServerConfig, serve};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::rt::TokioIo;
 
-const CHILD_ENV: &str = "HEADROOM_GW_BENCH_UPSTREAM";
+const GATEWAY_ENV: &str = "HEADROOM_GW_BENCH_UPSTREAM";
+const RELAY_ENV: &str = "HEADROOM_GW_BENCH_RELAY";
 
 fn env_or(name: &str, default: f64) -> f64 {
     std::env::var(name)
@@ -41,14 +58,56 @@ fn env_or(name: &str, default: f64) -> f64 {
         .unwrap_or(default)
 }
 
-/// The gateway child: serve until stdin closes.
-fn child(upstream: &str) {
-    let threads = env_or("GW_THREADS", 1.0) as usize;
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// Event-loop delays measured in the child (see [`lag_probe`]), nanoseconds, since the last
+/// report.
+type Lags = Arc<Mutex<Vec<u64>>>;
+
+/// Every millisecond, how long a task that becomes ready waits to run again: `yield_now`
+/// queues it behind every task already runnable and one turn of the I/O driver, which is what
+/// a stream whose upstream bytes just arrived waits for (CPU starvation by the OS included).
+fn lag_probe(lags: Lags) {
+    tokio::spawn(async move {
+        let mut mine = Vec::with_capacity(1024);
+        loop {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let t = Instant::now();
+            tokio::task::yield_now().await;
+            mine.push(t.elapsed().as_nanos() as u64);
+            if mine.len() >= 256 {
+                lags.lock().expect("lock").append(&mut mine);
+            }
+        }
+    });
+}
+
+/// Serves the child's stdin protocol: `lag` → one line `p50_us p99_us max_us` of the probe
+/// since the last `lag`; end of input → return.
+fn command_loop(lags: &Lags) {
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    while stdin.lock().read_line(&mut line).is_ok_and(|n| n > 0) {
+        if line.trim() == "lag" {
+            let mut v = std::mem::take(&mut *lags.lock().expect("lock"));
+            v.sort_unstable();
+            let q = |p: f64| pct(&v, p) * 1e3;
+            println!("{:.1} {:.1} {:.1}", q(50.0), q(99.0), q(100.0));
+            let _ = std::io::stdout().flush();
+        }
+        line.clear();
+    }
+}
+
+fn child_runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .enable_all()
         .build()
-        .expect("runtime");
+        .expect("runtime")
+}
+
+/// The gateway child: serve until stdin closes.
+fn gateway_child(upstream: &str) {
+    let rt = child_runtime(env_or("GW_THREADS", 1.0) as usize);
     rt.block_on(async {
         let cfg = headroom_gateway::GatewayConfig::simple(
             "127.0.0.1:0".parse().expect("addr"),
@@ -56,19 +115,53 @@ fn child(upstream: &str) {
         )
         .expect("config");
         let h = headroom_gateway::start(cfg).await.expect("gateway starts");
+        let lags = Lags::default();
+        lag_probe(lags.clone());
         println!("{}", h.addr);
         let _ = std::io::stdout().flush();
-        let _ = tokio::task::spawn_blocking(|| {
-            let mut s = String::new();
-            let _ = std::io::stdin().read_line(&mut s);
-        })
-        .await;
+        let _ = tokio::task::spawn_blocking(move || command_loop(&lags)).await;
         h.shutdown().await;
     });
 }
 
-/// (CPU seconds, RSS bytes) of process `pid` from /proc (utime + stime at USER_HZ = 100).
-fn proc_cpu_rss(pid: u32) -> (f64, f64) {
+/// The relay child: a bare TCP relay to `upstream` until stdin closes.
+fn relay_child(upstream: &str) {
+    let upstream: SocketAddr = upstream.parse().expect("relay upstream");
+    let rt = child_runtime(1);
+    rt.block_on(async move {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("relay binds");
+        println!("{}", l.local_addr().expect("addr"));
+        let _ = std::io::stdout().flush();
+        tokio::spawn(async move {
+            while let Ok((mut down, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let Ok(mut up) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let _ = down.set_nodelay(true);
+                    let _ = up.set_nodelay(true);
+                    let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                });
+            }
+        });
+        let lags = Lags::default();
+        let _ = tokio::task::spawn_blocking(move || command_loop(&lags)).await;
+    });
+}
+
+/// Per-process figures from /proc: user and system CPU seconds (USER_HZ = 100), RSS bytes, and
+/// the run delay (time runnable but waiting for a CPU) summed over its threads, seconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct ProcStat {
+    utime_s: f64,
+    stime_s: f64,
+    rss: f64,
+    run_delay_s: f64,
+}
+
+fn proc_stat(pid: u32) -> ProcStat {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = after.split_whitespace().collect();
@@ -76,15 +169,56 @@ fn proc_cpu_rss(pid: u32) -> (f64, f64) {
         f.get(i)
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(f64::NAN)
+            / 100.0
     };
-    let cpu = (tick(11) + tick(12)) / 100.0;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let rss_kb = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
         .unwrap_or(f64::NAN);
-    (cpu, rss_kb * 1024.0)
+    let mut run_delay_ns = 0.0;
+    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in dir.flatten() {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            run_delay_ns += s
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+        }
+    }
+    ProcStat {
+        utime_s: tick(11),
+        stime_s: tick(12),
+        rss: rss_kb * 1024.0,
+        run_delay_s: run_delay_ns / 1e9,
+    }
+}
+
+/// (busy, total) jiffies of all cores from /proc/stat.
+fn machine_jiffies() -> (f64, f64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<f64> = s
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: f64 = v.iter().sum();
+    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
+    (total - idle, total)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_string()
 }
 
 #[derive(Default)]
@@ -92,7 +226,7 @@ struct Counters {
     events: AtomicU64,
     frames: AtomicU64,
     requests: AtomicU64,
-    open: AtomicU64,
+    ttft: Mutex<Vec<u64>>,
 }
 
 fn count_events(chunk: &[u8], prev_newline: &mut bool) -> u64 {
@@ -110,17 +244,25 @@ fn count_events(chunk: &[u8], prev_newline: &mut bool) -> u64 {
     n
 }
 
+/// One closed-loop stream. Each request asks for a length drawn uniformly from
+/// `[max_tokens / 2, 3 × max_tokens / 2]` (xorshift seeded by `seed`): with equal lengths every
+/// stream would finish and restart in lockstep, and a request arriving a microsecond later than
+/// its cohort would wait a whole engine step, which measures the twin's batching, not the path.
 async fn stream_loop(
     addr: SocketAddr,
     max_tokens: u64,
+    seed: u64,
     stop: Arc<AtomicBool>,
     record: Arc<AtomicBool>,
     c: Arc<Counters>,
-    ttft: Arc<Mutex<Vec<u64>>>,
 ) {
-    let body = Bytes::from(format!(
-        r#"{{"prompt":"benchmark prompt of eight words in total","max_tokens":{max_tokens},"ignore_eos":true,"stream":true,"stream_options":{{"include_usage":true}}}}"#
-    ));
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next_len = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (max_tokens / 2 + x % (max_tokens + 1)).max(1)
+    };
     let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
         return;
     };
@@ -132,16 +274,19 @@ async fn stream_loop(
     tokio::spawn(conn);
     let mut mine = Vec::new();
     while !stop.load(Ordering::Relaxed) {
+        let body = Bytes::from(format!(
+            r#"{{"prompt":"benchmark prompt of eight words in total","max_tokens":{},"ignore_eos":true,"stream":true,"stream_options":{{"include_usage":true}}}}"#,
+            next_len()
+        ));
         let req = hyper::Request::post("/v1/completions")
             .header("host", "127.0.0.1")
             .header("content-type", "application/json")
-            .body(Full::new(body.clone()))
+            .body(Full::new(body))
             .expect("request");
         let t0 = Instant::now();
         let Ok(resp) = sender.send_request(req).await else {
             break;
         };
-        c.open.fetch_add(1, Ordering::Relaxed);
         let mut body = resp.into_body();
         let mut first = true;
         let mut nl = false;
@@ -160,14 +305,14 @@ async fn stream_loop(
                 }
             }
         }
-        c.open.fetch_sub(1, Ordering::Relaxed);
         if record.load(Ordering::Relaxed) {
             c.requests.fetch_add(1, Ordering::Relaxed);
         }
     }
-    ttft.lock().expect("lock").extend(mine);
+    c.ttft.lock().expect("lock").extend(mine);
 }
 
+/// `p`-th percentile (nearest rank) of sorted nanoseconds, in milliseconds.
 fn pct(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -176,87 +321,302 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
     sorted[i.clamp(1, sorted.len()) - 1] as f64 / 1e6
 }
 
-struct Phase {
+/// What the client side saw of one group of streams.
+struct Seen {
     ttft_ms: [f64; 4],
+    mean_ms: f64,
     requests: u64,
     events: u64,
     frames: u64,
-    cpu_s: f64,
-    rss_delta: f64,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_phase(
-    rt: &tokio::runtime::Runtime,
+impl Seen {
+    fn of(c: &Counters) -> Seen {
+        let mut v = std::mem::take(&mut *c.ttft.lock().expect("lock"));
+        v.sort_unstable();
+        Seen {
+            ttft_ms: [pct(&v, 50.0), pct(&v, 90.0), pct(&v, 99.0), pct(&v, 100.0)],
+            mean_ms: v.iter().map(|x| *x as f64).sum::<f64>() / v.len() as f64 / 1e6,
+            requests: c.requests.load(Ordering::Relaxed),
+            events: c.events.load(Ordering::Relaxed),
+            frames: c.frames.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A child process (gateway or relay) and its stdin/stdout protocol.
+struct ChildProc {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    addr: SocketAddr,
+}
+
+impl ChildProc {
+    fn spawn(env: &str, upstream: String) -> ChildProc {
+        let mut child = Command::new(std::env::current_exe().expect("own path"))
+            .env(env, upstream)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("child starts");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("child address");
+        let addr = line.trim().parse().expect("child address");
+        ChildProc {
+            child,
+            stdin,
+            stdout,
+            addr,
+        }
+    }
+
+    /// The event-loop lag since the last call: (p50, p99, max) in µs.
+    fn lag_us(&mut self) -> [f64; 3] {
+        let _ = writeln!(self.stdin, "lag");
+        let _ = self.stdin.flush();
+        let mut line = String::new();
+        let _ = self.stdout.read_line(&mut line);
+        let mut v = line
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(f64::NAN));
+        [(); 3].map(|()| v.next().unwrap_or(f64::NAN))
+    }
+
+    fn stop(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+/// Cumulative `headroom_gateway_overhead_seconds` buckets summed over every label set, by `le`.
+async fn overhead_buckets(addr: SocketAddr) -> Vec<(f64, f64)> {
+    let text = async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let (mut s, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .ok()?;
+        tokio::spawn(conn);
+        let req = hyper::Request::get("/metrics")
+            .header("host", "127.0.0.1")
+            .body(Empty::<Bytes>::new())
+            .ok()?;
+        let body = s.send_request(req).await.ok()?.into_body();
+        let b = body.collect().await.ok()?.to_bytes();
+        String::from_utf8(b.to_vec()).ok()
+    }
+    .await
+    .unwrap_or_default();
+    let mut by_le: Vec<(f64, f64)> = Vec::new();
+    for l in text.lines() {
+        let Some(rest) = l.strip_prefix("headroom_gateway_overhead_seconds_bucket{") else {
+            continue;
+        };
+        let le = rest
+            .split("le=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .map(|x| {
+                if x == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    x.parse().unwrap_or(f64::NAN)
+                }
+            });
+        let n = l.rsplit(' ').next().and_then(|x| x.parse::<f64>().ok());
+        if let (Some(le), Some(n)) = (le, n) {
+            match by_le.iter_mut().find(|(b, _)| *b == le) {
+                Some((_, c)) => *c += n,
+                None => by_le.push((le, n)),
+            }
+        }
+    }
+    by_le.sort_by(|a, b| a.0.total_cmp(&b.0));
+    by_le
+}
+
+/// Share of the observations within 0.5 ms, and the upper bound (ms) of the bucket holding the
+/// p99, from the difference of two cumulative bucket scrapes.
+fn overhead_summary(before: &[(f64, f64)], after: &[(f64, f64)]) -> (f64, f64, f64) {
+    let d: Vec<(f64, f64)> = after
+        .iter()
+        .map(|(le, n)| {
+            let b = before
+                .iter()
+                .find(|(l, _)| l == le)
+                .map_or(0.0, |(_, c)| *c);
+            (*le, n - b)
+        })
+        .collect();
+    let total = d.last().map_or(0.0, |(_, n)| *n);
+    let within = d
+        .iter()
+        .find(|(le, _)| (*le - 0.0005).abs() < 1e-12)
+        .map_or(f64::NAN, |(_, n)| n / total);
+    let p99_le = d
+        .iter()
+        .find(|(_, n)| *n >= 0.99 * total)
+        .map_or(f64::NAN, |(le, _)| le * 1e3);
+    (total, within, p99_le)
+}
+
+/// What a phase measured: the main streams, the witnesses (gateway phase only), and the child.
+struct Phase {
+    main: Seen,
+    witness: Option<Seen>,
+    child: Option<(ProcStat, ProcStat, f64)>, // (at record start, at record end, RSS while open)
+    wall_s: f64,
+    machine_busy: f64,
+    load: String,
+    lag_us: Option<[f64; 3]>,
+    overhead: Option<(f64, f64, f64)>,
+}
+
+struct PhaseSpec {
     addr: SocketAddr,
     streams: u64,
+    witness: Option<(SocketAddr, u64)>,
     max_tokens: u64,
     seconds: f64,
-    child: Option<u32>,
+}
+
+fn run_phase(
+    rt: &tokio::runtime::Runtime,
+    spec: &PhaseSpec,
+    mut child: Option<&mut ChildProc>,
+    metrics: bool,
 ) -> Phase {
     let stop = Arc::new(AtomicBool::new(false));
     let record = Arc::new(AtomicBool::new(false));
-    let c = Arc::new(Counters::default());
-    let ttft = Arc::new(Mutex::new(Vec::new()));
-    let idle = child.map(proc_cpu_rss);
-    let (cpu0, cpu1, rss_open) = rt.block_on(async {
+    let main = Arc::new(Counters::default());
+    let wit = Arc::new(Counters::default());
+    let pid = child.as_ref().map(|c| c.child.id());
+    let idle = pid.map(proc_stat);
+    let mut lag = None;
+    let (s0, s1, rss_open, m0, m1, wall, before, after) = rt.block_on(async {
         let mut tasks = Vec::new();
-        for _ in 0..streams {
-            tasks.push(tokio::spawn(stream_loop(
-                addr,
-                max_tokens,
-                stop.clone(),
-                record.clone(),
-                c.clone(),
-                ttft.clone(),
-            )));
+        for i in 0..spec.streams {
+            let (s, r, c) = (stop.clone(), record.clone(), main.clone());
+            let (a, m) = (spec.addr, spec.max_tokens);
+            tasks.push(tokio::spawn(stream_loop(a, m, i, s, r, c)));
+        }
+        if let Some((waddr, wn)) = spec.witness {
+            for i in 0..wn {
+                let (s, r, c) = (stop.clone(), record.clone(), wit.clone());
+                let m = spec.max_tokens;
+                tasks.push(tokio::spawn(stream_loop(waddr, m, 1_000_000 + i, s, r, c)));
+            }
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
+        let before = if metrics {
+            overhead_buckets(spec.addr).await
+        } else {
+            Vec::new()
+        };
+        if let Some(c) = child.as_deref_mut() {
+            let _ = c.lag_us(); // reset the probe's window
+        }
         record.store(true, Ordering::Relaxed);
-        let cpu0 = child.map(|p| proc_cpu_rss(p).0);
+        let t0 = Instant::now();
+        let s0 = pid.map(proc_stat);
+        let m0 = machine_jiffies();
         // Sample RSS mid-window, when the streams are open.
-        tokio::time::sleep(Duration::from_secs_f64(seconds / 2.0)).await;
-        let rss_open = child.map(|p| proc_cpu_rss(p).1);
-        tokio::time::sleep(Duration::from_secs_f64(seconds / 2.0)).await;
+        tokio::time::sleep(Duration::from_secs_f64(spec.seconds / 2.0)).await;
+        let rss_open = pid.map(|p| proc_stat(p).rss);
+        tokio::time::sleep(Duration::from_secs_f64(spec.seconds / 2.0)).await;
         record.store(false, Ordering::Relaxed);
-        let cpu1 = child.map(|p| proc_cpu_rss(p).0);
+        let s1 = pid.map(proc_stat);
+        let m1 = machine_jiffies();
+        let wall = t0.elapsed().as_secs_f64();
+        if let Some(c) = child.as_deref_mut() {
+            lag = Some(c.lag_us());
+        }
+        let after = if metrics {
+            overhead_buckets(spec.addr).await
+        } else {
+            Vec::new()
+        };
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(60), t).await;
         }
-        (cpu0, cpu1, rss_open)
+        (s0, s1, rss_open, m0, m1, wall, before, after)
     });
-    let mut v = std::mem::take(&mut *ttft.lock().expect("lock"));
-    v.sort_unstable();
+    let child_fig = match (s0, s1, rss_open, idle) {
+        (Some(a), Some(b), Some(r), Some(i)) => Some((a, b, r - i.rss)),
+        _ => None,
+    };
     Phase {
-        ttft_ms: [pct(&v, 50.0), pct(&v, 90.0), pct(&v, 99.0), pct(&v, 100.0)],
-        requests: c.requests.load(Ordering::Relaxed),
-        events: c.events.load(Ordering::Relaxed),
-        frames: c.frames.load(Ordering::Relaxed),
-        cpu_s: match (cpu0, cpu1) {
-            (Some(a), Some(b)) => b - a,
-            _ => f64::NAN,
-        },
-        rss_delta: match (idle, rss_open) {
-            (Some((_, a)), Some(b)) => b - a,
-            _ => f64::NAN,
-        },
+        main: Seen::of(&main),
+        witness: spec.witness.map(|_| Seen::of(&wit)),
+        child: child_fig,
+        wall_s: wall,
+        machine_busy: (m1.0 - m0.0) / (m1.1 - m0.1).max(1.0),
+        load: loadavg(),
+        lag_us: lag,
+        overhead: metrics.then(|| overhead_summary(&before, &after)),
     }
 }
 
+fn print_row(name: &str, s: &Seen, p: &Phase, streams: u64) {
+    let (cpu, rss, delay) = match p.child {
+        Some((a, b, rss)) => {
+            let ev = s.events as f64;
+            let u = (b.utime_s - a.utime_s) * 1e6 / ev;
+            let k = (b.stime_s - a.stime_s) * 1e6 / ev;
+            (
+                format!("{:>7.2} {:>6.2} {:>6.2}", u + k, u, k),
+                format!("{:>8.1}", rss / streams as f64 / 1024.0),
+                format!("{:>8.0}", (b.run_delay_s - a.run_delay_s) * 1e3 / p.wall_s),
+            )
+        }
+        None => (
+            format!("{:>7} {:>6} {:>6}", "-", "-", "-"),
+            format!("{:>8}", "-"),
+            format!("{:>8}", "-"),
+        ),
+    };
+    println!(
+        "{:<8} {:>6} {:>8} {:>8} {:>8} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {cpu} {rss} {delay} {:>5.0}% {:>5}",
+        name,
+        streams,
+        s.requests,
+        s.events,
+        s.frames,
+        s.ttft_ms[0],
+        s.ttft_ms[1],
+        s.ttft_ms[2],
+        s.ttft_ms[3],
+        p.machine_busy * 100.0,
+        p.load,
+    );
+}
+
 fn main() {
-    if let Ok(up) = std::env::var(CHILD_ENV) {
-        child(&up);
+    if let Ok(up) = std::env::var(GATEWAY_ENV) {
+        gateway_child(&up);
+        return;
+    }
+    if let Ok(up) = std::env::var(RELAY_ENV) {
+        relay_child(&up);
         return;
     }
     // `cargo bench` passes `--bench`; `cargo test --benches` runs us too: keep that short.
     let quick =
         std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
-    let streams = env_or("STREAMS", if quick { 20.0 } else { 1000.0 }) as u64;
+    let levels: Vec<u64> = std::env::var("STREAMS")
+        .unwrap_or_else(|_| if quick { "20" } else { "100,1000" }.to_string())
+        .split(',')
+        .filter_map(|x| x.trim().parse().ok())
+        .collect();
+    let witness = env_or("WITNESS", if quick { 5.0 } else { 100.0 }) as u64;
     let max_tokens = env_or("MAX_TOKENS", 64.0) as u64;
     let seconds = env_or("SECONDS", if quick { 1.0 } else { 8.0 });
-    let time_scale = env_or("TIME_SCALE", 0.05);
+    let time_scale = env_or("TIME_SCALE", 0.25);
     let rounds = env_or("ROUNDS", 1.0) as u64;
+    let most = levels.iter().copied().max().unwrap_or(0) + witness;
 
     let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -268,10 +628,10 @@ fn main() {
         rt.block_on(async move {
             let spec = SimSpec {
                 time_scale,
-                max_num_seqs: Some(streams as u32 + 64),
+                max_num_seqs: Some(most as u32 + 64),
                 max_num_batched_tokens: Some(32768),
                 num_gpu_blocks_override: Some(
-                    ((streams + 64) * (max_tokens + 48) / 16 + 1024) as u32,
+                    ((most + 64) * (2 * max_tokens + 48) / 16 + 1024) as u32,
                 ),
                 max_model_len: Some(4096),
                 ..SimSpec::default()
@@ -290,19 +650,8 @@ fn main() {
         });
     });
     let twin_addr = addr_rx.recv().expect("twin address");
-
-    let mut gw = Command::new(std::env::current_exe().expect("own path"))
-        .env(CHILD_ENV, format!("http://{twin_addr}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("gateway child starts");
-    let gw_pid = gw.id();
-    let mut line = String::new();
-    BufReader::new(gw.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("gateway address");
-    let gw_addr: SocketAddr = line.trim().parse().expect("gateway address");
+    let mut gw = ChildProc::spawn(GATEWAY_ENV, format!("http://{twin_addr}"));
+    let mut relay = ChildProc::spawn(RELAY_ENV, twin_addr.to_string());
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -310,11 +659,14 @@ fn main() {
         .build()
         .expect("runtime");
     println!(
-        "gateway_overhead: {streams} concurrent streams, max_tokens {max_tokens}, {seconds} s per phase, twin time_scale {time_scale}, gateway child pid {gw_pid}"
+        "gateway_overhead: streams {levels:?} (+{witness} direct witnesses during the gateway phase), max_tokens {max_tokens}, {seconds} s per phase, twin time_scale {time_scale}, gateway pid {}, relay pid {}",
+        gw.child.id(),
+        relay.child.id()
     );
     println!(
-        "{:<8} {:>9} {:>10} {:>9} {:>8} {:>8} {:>8} {:>8} {:>11} {:>11} {:>12}",
+        "{:<8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>8} {:>8} {:>6} {:>5}",
         "path",
+        "n",
         "requests",
         "events",
         "frames",
@@ -322,38 +674,85 @@ fn main() {
         "p90 ms",
         "p99 ms",
         "max ms",
-        "µs/event",
-        "µs/frame",
-        "KiB/stream"
+        "µs/ev",
+        "user",
+        "sys",
+        "KiB/strm",
+        "rq ms/s",
+        "busy",
+        "load"
     );
     for round in 0..rounds {
-        let d = run_phase(&rt, twin_addr, streams, max_tokens, seconds, None);
-        let g = run_phase(&rt, gw_addr, streams, max_tokens, seconds, Some(gw_pid));
-        for (name, p) in [("direct", &d), ("gateway", &g)] {
-            println!(
-                "{:<8} {:>9} {:>10} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>11.3} {:>11.3} {:>12.1}",
-                name,
-                p.requests,
-                p.events,
-                p.frames,
-                p.ttft_ms[0],
-                p.ttft_ms[1],
-                p.ttft_ms[2],
-                p.ttft_ms[3],
-                p.cpu_s * 1e6 / p.events as f64,
-                p.cpu_s * 1e6 / p.frames as f64,
-                p.rss_delta / streams as f64 / 1024.0,
+        for &n in &levels {
+            let spec = |addr, witness| PhaseSpec {
+                addr,
+                streams: n,
+                witness,
+                max_tokens,
+                seconds,
+            };
+            let d = run_phase(&rt, &spec(twin_addr, None), None, false);
+            print_row("direct", &d.main, &d, n);
+            let r = run_phase(&rt, &spec(relay.addr, None), Some(&mut relay), false);
+            print_row("relay", &r.main, &r, n);
+            let g = run_phase(
+                &rt,
+                &spec(gw.addr, Some((twin_addr, witness))),
+                Some(&mut gw),
+                true,
             );
+            print_row("gateway", &g.main, &g, n);
+            if let Some(w) = &g.witness {
+                print_row(
+                    "witness",
+                    w,
+                    &Phase {
+                        child: None,
+                        ..g.clone_figures()
+                    },
+                    witness,
+                );
+                let lag = g.lag_us.unwrap_or([f64::NAN; 3]);
+                let (count, within, p99_le) = g.overhead.unwrap_or((0.0, f64::NAN, f64::NAN));
+                println!(
+                    "round {round}, {n} streams: added TTFT vs witnesses mean {:+.2} ms, p50 {:+.2} ms, p99 {:+.2} ms; vs direct phase p50 {:+.2} ms, p99 {:+.2} ms; gateway event-loop delay p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs; gateway overhead (own /metrics, {count} requests): {:.1} % within 0.5 ms, p99 ≤ {p99_le} ms",
+                    g.main.mean_ms - w.mean_ms,
+                    g.main.ttft_ms[0] - w.ttft_ms[0],
+                    g.main.ttft_ms[2] - w.ttft_ms[2],
+                    g.main.ttft_ms[0] - d.main.ttft_ms[0],
+                    g.main.ttft_ms[2] - d.main.ttft_ms[2],
+                    lag[0],
+                    lag[1],
+                    lag[2],
+                    within * 100.0,
+                );
+            }
         }
-        println!(
-            "round {round}: added TTFT p50 {:+.2} ms, p99 {:+.2} ms; gateway CPU {:.3} s over the phase",
-            g.ttft_ms[0] - d.ttft_ms[0],
-            g.ttft_ms[2] - d.ttft_ms[2],
-            g.cpu_s
-        );
     }
-    drop(gw.stdin.take());
-    let _ = gw.wait();
+    gw.stop();
+    relay.stop();
     let _ = stop_tx.send(());
     let _ = twin.join();
+}
+
+impl Phase {
+    /// The machine figures of this phase without the client-side ones (for the witness row).
+    fn clone_figures(&self) -> Phase {
+        Phase {
+            main: Seen {
+                ttft_ms: [f64::NAN; 4],
+                mean_ms: f64::NAN,
+                requests: 0,
+                events: 0,
+                frames: 0,
+            },
+            witness: None,
+            child: self.child,
+            wall_s: self.wall_s,
+            machine_busy: self.machine_busy,
+            load: self.load.clone(),
+            lag_us: self.lag_us,
+            overhead: self.overhead,
+        }
+    }
 }

@@ -7,6 +7,7 @@
 //! | `headroom_gateway_tpot_seconds` | histogram | class, tenant | (E2E − TTFT) / (output tokens − 1), per request with `usage` |
 //! | `headroom_gateway_e2e_seconds` | histogram | class, tenant | acceptance → end of the response |
 //! | `headroom_gateway_queue_seconds` | histogram | class, tenant | time waiting for an admission slot in the gateway |
+//! | `headroom_gateway_overhead_seconds` | histogram | class, tenant | time the gateway itself adds before the first byte (see [`ClassMetrics::overhead`]) |
 //! | `headroom_gateway_requests_total` | counter | class, tenant, outcome | finished requests by [`GatewayOutcome`] |
 //! | `headroom_gateway_in_flight` | gauge | class | requests holding an admission slot |
 //! | `headroom_gateway_queued` | gauge | class | requests waiting for one |
@@ -127,6 +128,12 @@ pub const BASE_BOUNDS_S: [f64; 18] = [
     60.0, 120.0, 300.0,
 ];
 
+/// Bucket bounds of `headroom_gateway_overhead_seconds`, seconds: 0.1 ms to 1 s, with the
+/// gateway's own budget (0.5 ms of added TTFT) as a bound so the share within it is exact.
+pub const OVERHEAD_BOUNDS_S: [f64; 13] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
 /// Factors around each SLO threshold that become bounds too (its neighbourhood).
 pub const NEIGHBOURHOOD: [f64; 8] = [0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0];
 
@@ -195,6 +202,14 @@ pub struct ClassMetrics {
     pub e2e: Histogram,
     /// Time queued in the gateway, seconds.
     pub queue: Histogram,
+    /// What the gateway itself adds to TTFT, seconds, one observation per request that got a
+    /// response head from its upstream: acceptance → the request handed to the upstream
+    /// connection, minus the admission wait, plus upstream response head → head handed to the
+    /// client's connection. Body frames are forwarded in the poll that receives them, so the
+    /// first content chunk adds nothing further beyond the gateway's event-loop delay, which
+    /// no timestamp inside the process can see (a busy or CPU-starved gateway shows up in
+    /// TTFT, not here). Bounds: [`OVERHEAD_BOUNDS_S`].
+    pub overhead: Histogram,
     outcomes: [Counter; 7],
 }
 
@@ -214,6 +229,7 @@ pub struct Metrics {
     tpot: HistFamily,
     e2e: HistFamily,
     queue: HistFamily,
+    overhead: HistFamily,
     requests: Family<[(&'static str, String); 3], Counter>,
     in_flight: Family<[(&'static str, String); 1], Gauge>,
     queued: Family<[(&'static str, String); 1], Gauge>,
@@ -258,6 +274,13 @@ impl Metrics {
             "Time waiting for a per-class admission slot in the gateway",
             queue.clone(),
         );
+        let overhead =
+            HistFamily::new_with_constructor(Bounds(Arc::new(OVERHEAD_BOUNDS_S.to_vec())));
+        registry.register(
+            "headroom_gateway_overhead_seconds",
+            "Time the gateway adds before the first byte: acceptance to upstream dispatch minus the admission wait, plus upstream response head to client",
+            overhead.clone(),
+        );
         let requests = Family::<[(&'static str, String); 3], Counter>::default();
         registry.register(
             "headroom_gateway_requests",
@@ -298,6 +321,7 @@ impl Metrics {
             tpot,
             e2e,
             queue,
+            overhead,
             requests,
             in_flight,
             queued,
@@ -335,6 +359,7 @@ impl Metrics {
                     tpot: self.tpot.get_or_create_owned(&l),
                     e2e: self.e2e.get_or_create_owned(&l),
                     queue: self.queue.get_or_create_owned(&l),
+                    overhead: self.overhead.get_or_create_owned(&l),
                     outcomes,
                 })
             })

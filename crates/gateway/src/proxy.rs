@@ -200,15 +200,15 @@ impl Gateway {
         );
         let class = classify(&self.cfg, route, &facts, tenant);
         let m = self.metrics.class(class, tenant);
-        let slot = match &self.limiters[class] {
+        let (slot, waited) = match &self.limiters[class] {
             None => {
                 m.queue.observe(0.0);
-                Slot::unlimited()
+                (Slot::unlimited(), Duration::ZERO)
             }
             Some(l) => match l.admit().await {
                 Ok((slot, waited)) => {
                     m.queue.observe(waited.as_secs_f64());
-                    slot
+                    (slot, waited)
                 }
                 Err(r) => {
                     m.outcome(GatewayOutcome::Rejected);
@@ -217,6 +217,8 @@ impl Gateway {
             },
         };
         let pool = &self.cfg.classes[class].pool;
+        // Before dispatch: body read, parsing, classification and admission bookkeeping.
+        let before_upstream = accepted.elapsed().saturating_sub(waited);
         let resp = match self.forward(pool, &parts, body, corr).await {
             Ok(r) => r,
             Err((o, r)) => {
@@ -224,6 +226,7 @@ impl Gateway {
                 return r;
             }
         };
+        let head_at = Instant::now();
         let status = resp.status();
         let fixed = if status.is_success() {
             None
@@ -238,6 +241,8 @@ impl Gateway {
             .get(CT)
             .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
         strip_hop_by_hop(&mut rparts.headers, sse);
+        m.overhead
+            .observe((before_upstream + head_at.elapsed()).as_secs_f64());
         let body = MeasuredBody::new(
             rbody,
             Measure {
