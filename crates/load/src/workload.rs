@@ -113,6 +113,9 @@ pub struct WorkloadSpec {
     pub seed: u64,
 }
 
+/// Longest warm-up or measurement window a level may ask for.
+const MAX_LEVEL_SPAN: Duration = Duration::from_secs(24 * 3600);
+
 fn default_warmup() -> Duration {
     Duration::from_secs(5)
 }
@@ -635,6 +638,23 @@ impl Workload {
                 "expected a positive duration such as 30s".into(),
             ));
         }
+        // Every load test stops by itself in bounded time: a level longer than a day is a typo
+        // (`30h` for `30s`); a soak belongs in several runs, each with its own results.
+        for (value, field, at) in [
+            (spec.measure, "measure", top(|l| &l.measure)),
+            (spec.warmup, "warmup", top(|l| &l.warmup)),
+        ] {
+            if value > MAX_LEVEL_SPAN {
+                return Err(err(
+                    at,
+                    field.into(),
+                    format!(
+                        "{} s is longer than a day per level; expected at most 24h (split a soak into several runs)",
+                        value.as_secs()
+                    ),
+                ));
+            }
+        }
         let mut datasets = Vec::with_capacity(spec.classes.len());
         for (i, c) in spec.classes.iter().enumerate() {
             let field = |f: &str| format!("classes[{i}] (`{}`).{f}", c.name);
@@ -764,7 +784,7 @@ impl Workload {
             for x in v {
                 let ok = match load.mode {
                     LoadMode::Concurrency => *x >= 1.0 && x.fract() == 0.0 && *x <= 1e6,
-                    LoadMode::Rate => x.is_finite() && *x > 0.0,
+                    LoadMode::Rate => x.is_finite() && *x > 0.0 && *x <= 1e6,
                 };
                 if !ok {
                     return Err(err(
@@ -772,10 +792,12 @@ impl Workload {
                         "load.levels".into(),
                         match load.mode {
                             LoadMode::Concurrency => format!(
-                                "{x}: expected whole numbers ≥ 1 (requests in flight) in concurrency mode"
+                                "{x}: expected whole numbers from 1 to 1000000 (requests in flight) in concurrency mode"
                             ),
                             LoadMode::Rate => {
-                                format!("{x}: expected positive rates (req/s) in rate mode")
+                                format!(
+                                    "{x}: expected rates above 0 and at most 1000000 req/s in rate mode"
+                                )
                             }
                         },
                     ));
@@ -833,6 +855,8 @@ struct Locs {
     model: Option<Spanned<IgnoredAny>>,
     #[serde(default)]
     measure: Option<Spanned<IgnoredAny>>,
+    #[serde(default)]
+    warmup: Option<Spanned<IgnoredAny>>,
     #[serde(default)]
     load: Option<Spanned<IgnoredAny>>,
     #[serde(default, rename = "classes", deserialize_with = "de_class_locs")]
@@ -1005,7 +1029,29 @@ mod tests {
                 format!("warmup: 5 parsecs\n{MIN}"),
                 vec!["workload.yaml:1:", "unknown unit"],
             ),
-            (format!("measure: soon\n{MIN}"), vec!["workload.yaml:1:", "`soon`"]),
+            (
+                format!("measure: soon\n{MIN}"),
+                vec!["workload.yaml:1:", "`soon`"],
+            ),
+            (
+                format!("measure: 99999999h\n{MIN}"),
+                vec!["workload.yaml:1:", "measure", "at most 24h"],
+            ),
+            (
+                format!("warmup: 25h\n{MIN}"),
+                vec!["workload.yaml:1:", "warmup", "at most 24h"],
+            ),
+            (
+                MIN.replace("levels: [1, 2]", "levels: [1, 2000000]"),
+                vec!["load.levels", "2000000", "1 to 1000000"],
+            ),
+            (
+                MIN.replace(
+                    "mode: concurrency, levels: [1, 2]",
+                    "mode: rate, levels: [1e300]",
+                ),
+                vec!["load.levels", "at most 1000000 req/s"],
+            ),
             (format!("{MIN}extra: 1\n"), vec!["extra"]),
         ] {
             let e = match parse(&text) {
