@@ -16,6 +16,14 @@
 //! per throughput run, default 10), `BENCH_STREAMS` (default 2000), `BENCH_SERVER_THREADS`
 //! (default: cores − 1, at least 1), `BENCH_RUNS` (comma-separated subset of `parse,flat,paced,open`),
 //! `BENCH_OPEN_ITL_MS` (stub ITL in the open-loop run, default 10).
+//!
+//! A fourth run, `fixed` (only when named in `BENCH_RUNS`), does a fixed amount of work instead of
+//! running for a fixed time — `BENCH_STREAMS` streams each sending `BENCH_REQUESTS` requests of
+//! `BENCH_TOKENS` tokens with the stub waiting `BENCH_ITL_MS` between chunks — and prints the
+//! chunk count. Run under `valgrind --tool=callgrind --separate-threads=yes` at two request
+//! counts, the difference of the main thread's instruction counts divided by the difference of
+//! the chunk counts is the client's instructions per chunk, free of machine noise and of the
+//! fixed cost of start-up (see BENCHMARKS.md for the exact commands).
 
 use headroom_core::LatencySignal;
 use headroom_load::arrivals::{ArrivalProcess, LevelMode};
@@ -54,7 +62,20 @@ struct Throughput {
     requests: u64,
     secs: f64,
     cpu_s: f64,
+    /// Of `cpu_s`, the part spent in the kernel (socket reads, epoll).
+    sys_s: f64,
     rec: ClassRecording,
+}
+
+/// The calling thread's system (kernel) CPU time in seconds, from `getrusage(RUSAGE_THREAD)`.
+fn thread_sys_s() -> f64 {
+    // SAFETY: `getrusage` writes into the zeroed struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable `rusage`.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &raw mut ru) } != 0 {
+        return 0.0;
+    }
+    ru.ru_stime.tv_sec as f64 + ru.ru_stime.tv_usec as f64 / 1e6
 }
 
 /// Keeps `streams` requests in flight for `secs` seconds; every request goes through the client
@@ -107,10 +128,12 @@ async fn drive(target: &Target, streams: usize, max_tokens: u32, secs: f64) -> T
     tokio::time::sleep(Duration::from_secs(1)).await;
     measuring.store(true, Ordering::Relaxed);
     let cpu0 = thread_cpu_s();
+    let sys0 = thread_sys_s();
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     let secs = t0.elapsed().as_secs_f64();
     let cpu_s = thread_cpu_s() - cpu0;
+    let sys_s = thread_sys_s() - sys0;
     measuring.store(false, Ordering::Relaxed);
     let n_chunks = chunks.load(Ordering::Relaxed);
     let n_requests = requests.load(Ordering::Relaxed);
@@ -128,20 +151,61 @@ async fn drive(target: &Target, streams: usize, max_tokens: u32, secs: f64) -> T
         requests: n_requests,
         secs,
         cpu_s,
+        sys_s,
         rec,
     }
 }
 
+/// `streams` tasks each sending `requests` requests one after another; returns the SSE events
+/// received and the successful requests.
+async fn fixed(target: &Target, streams: usize, requests: u64, max_tokens: u32) -> (u64, u64) {
+    let req = PreparedRequest::encode(
+        &DrawnRequest {
+            class: 0,
+            endpoint: Endpoint::Completions,
+            prefix: Arc::from(""),
+            prompt: "bench prompt".into(),
+            requested_prompt_tokens: 2,
+            max_tokens,
+            ignore_eos: true,
+        },
+        Some("tiny"),
+    );
+    let cancel = CancellationFlag::new();
+    let mut tasks = Vec::with_capacity(streams);
+    for _ in 0..streams {
+        let (t, req, cancel) = (target.clone(), req.clone(), cancel.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut chunks, mut ok) = (0u64, 0u64);
+            for _ in 0..requests {
+                let r = t.send(&req, Instant::now(), &cancel).await;
+                chunks += u64::from(r.sse_events);
+                ok += u64::from(r.outcome.is_success());
+            }
+            (chunks, ok)
+        }));
+    }
+    let (mut chunks, mut ok) = (0, 0);
+    for t in tasks {
+        if let Ok((c, o)) = t.await {
+            chunks += c;
+            ok += o;
+        }
+    }
+    (chunks, ok)
+}
+
 fn report(name: &str, t: &Throughput) {
     println!(
-        "{name}: {:.0} chunks/s ({} chunks, {} requests in {:.1} s); client CPU {:.2} s = {:.0} % of one core, {:.2} µs per chunk",
+        "{name}: {:.0} chunks/s ({} chunks, {} requests in {:.1} s); client CPU {:.2} s = {:.0} % of one core, {:.2} µs per chunk ({:.2} µs of it in the kernel)",
         t.chunks as f64 / t.secs,
         t.chunks,
         t.requests,
         t.secs,
         t.cpu_s,
         t.cpu_s / t.secs * 100.0,
-        t.cpu_s * 1e6 / t.chunks.max(1) as f64
+        t.cpu_s * 1e6 / t.chunks.max(1) as f64,
+        t.sys_s * 1e6 / t.chunks.max(1) as f64
     );
 }
 
@@ -190,6 +254,26 @@ fn main() {
             cpu * 1e6 / n as f64,
             frame.len()
         );
+    }
+
+    // fixed work, for instruction counting (see the header)
+    if run("fixed") {
+        let itl = env_u64("BENCH_ITL_MS", 20);
+        let stub = StubServer::start(StubConfig {
+            threads: server_threads,
+            itl: Duration::from_millis(itl),
+            ..StubConfig::default()
+        })
+        .expect("stub server");
+        let target =
+            Target::with_config(&stub.url(), None, Some("tiny"), config.clone()).expect("target");
+        let (requests, tokens) = (env_u64("BENCH_REQUESTS", 2), env_u64("BENCH_TOKENS", 100));
+        let (chunks, ok) = rt.block_on(fixed(&target, streams, requests, tokens as u32));
+        println!(
+            "fixed: {chunks} chunks, {ok} successful requests ({streams} streams × {requests} requests × {tokens} tokens, stub ITL {itl} ms)"
+        );
+        drop(target);
+        drop(stub);
     }
 
     // 1. flat out

@@ -10,11 +10,14 @@
 //!
 //! Closed loop keeps `c` requests in flight (start = dispatch time). Open loop sends on the
 //! schedule of [`crate::arrivals::ArrivalSchedule`]: a pacer thread sleeps to each intended time
-//! (the OS timer, finer than tokio's 1 ms wheel) and wakes the dispatcher; latency counts from the
-//! intended time, and the send lag (actual − intended) is recorded per request. With a
-//! concurrency cap, arrivals that find the cap reached wait in a queue; their wait is send lag,
-//! and those still queued at the window's end are recorded as `client_cancel` without a first
-//! token (their TTFT is censored, see [`crate::recorder`]).
+//! (the OS timer with 1 µs timer slack, finer than tokio's 1 ms wheel); latency counts from the
+//! intended time, and the send lag (actual − intended) is recorded per request. Without a
+//! concurrency cap the pacer spawns the request's task itself at the intended time, with a
+//! request the dispatcher prepared ahead, so a send waits for one task hand-over, not two (pacer
+//! → dispatcher → request task). With a cap, the pacer wakes the dispatcher, and arrivals that
+//! find the cap reached wait in a queue; their wait is send lag, and those still queued at the
+//! window's end are recorded as `client_cancel` without a first token (their TTFT is censored,
+//! see [`crate::recorder`]).
 //!
 //! The client's own CPU time (`getrusage`) over the level is recorded, so a report can warn when
 //! the client, not the server, may have shaped the numbers.
@@ -27,7 +30,7 @@ use crate::workload::Endpoint;
 use headroom_core::Outcome;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
 
@@ -181,6 +184,54 @@ struct Done {
     record: RequestRecord,
 }
 
+/// What reaches the dispatcher.
+enum Msg {
+    /// A request finished.
+    Done(Done),
+    /// Capped open loop: an arrival is due (intended send time).
+    Tick(Instant),
+    /// Uncapped open loop: the pacer launched a prepared request. Sent before the request's task
+    /// is spawned, so it always precedes that request's `Done`.
+    Launched {
+        /// Its intended time is inside the measurement window.
+        in_window: bool,
+    },
+}
+
+/// Requests the dispatcher keeps prepared for the pacer (uncapped open loop).
+const PREPARED_AHEAD: usize = 16;
+
+/// Sends one request and reports it; the task every launch spawns.
+fn request_task(
+    target: Arc<Target>,
+    p: PreparedRequest,
+    start: Instant,
+    window_start: Instant,
+    in_window: bool,
+    cancel: CancellationFlag,
+    tx: mpsc::UnboundedSender<Msg>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let offset =
+        u64::try_from(start.saturating_duration_since(window_start).as_nanos()).unwrap_or(u64::MAX);
+    async move {
+        let mut record = target.send(&p, start, &cancel).await;
+        record.start_offset_ns = offset;
+        let _ = tx.send(Msg::Done(Done { in_window, record }));
+    }
+}
+
+/// What the pacer needs to launch requests itself (uncapped open loop).
+struct DirectLaunch {
+    handle: tokio::runtime::Handle,
+    prepared: mpsc::Receiver<PreparedRequest>,
+    target: Arc<Target>,
+    cancel: CancellationFlag,
+    window_start: Instant,
+    /// Nothing intended at or after this offset from the level start (ns) is launched: the
+    /// window's end, moved by the dispatcher when a check closes the window early.
+    launch_until_ns: Arc<AtomicU64>,
+}
+
 /// Requests in flight and the E2E of every success so far (warm-up included; sizes the drain).
 struct Flight {
     in_flight: usize,
@@ -261,7 +312,7 @@ pub async fn run_level_with(
     let mut steady_rng = crate::arrivals::seeded_rng(seed, 0x5EED_57A7);
     let level_cancel = cancel.child_token();
     let target = Arc::new(target.clone());
-    let (tx, mut rx) = mpsc::unbounded_channel::<Done>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
     let mut mix = RequestMix::new(classes, seed);
     let mut fl = Flight {
         in_flight: 0,
@@ -280,16 +331,15 @@ pub async fn run_level_with(
         if in_window {
             fl.in_window += 1;
         }
-        let target = target.clone();
-        let tx = tx.clone();
-        let tok = level_cancel.clone();
-        let offset = u64::try_from(start.saturating_duration_since(window_start).as_nanos())
-            .unwrap_or(u64::MAX);
-        tokio::spawn(async move {
-            let mut record = target.send(&p, start, &tok).await;
-            record.start_offset_ns = offset;
-            let _ = tx.send(Done { in_window, record });
-        });
+        tokio::spawn(request_task(
+            target.clone(),
+            p,
+            start,
+            window_start,
+            in_window,
+            level_cancel.clone(),
+            tx.clone(),
+        ));
     };
 
     let mut interrupted = false;
@@ -334,8 +384,8 @@ pub async fn run_level_with(
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => { interrupted = true; break; }
-                    d = rx.recv() => {
-                        if let Some(d) = d {
+                    m = rx.recv() => {
+                        if let Some(Msg::Done(d)) = m {
                             fl.done(d, &mut out, &opts.goodput);
                         }
                     }
@@ -351,22 +401,61 @@ pub async fn run_level_with(
             let cap = max_concurrency.map_or(usize::MAX, |m| m.max(1) as usize);
             let total = hard_end.saturating_duration_since(t0);
             let stop = Arc::new(AtomicBool::new(false));
-            let (tick_tx, mut tick_rx) = mpsc::unbounded_channel::<Instant>();
+            let ns_from_t0 = |at: Instant| {
+                u64::try_from(at.saturating_duration_since(t0).as_nanos()).unwrap_or(u64::MAX)
+            };
+            let launch_until_ns = Arc::new(AtomicU64::new(ns_from_t0(window_end)));
+            // Uncapped: the pacer launches requests prepared here ahead of time.
+            let (prep_tx, prep_rx) = mpsc::channel::<PreparedRequest>(PREPARED_AHEAD);
+            let mut prep_tx = Some(prep_tx);
+            let direct = (max_concurrency.is_none()).then(|| DirectLaunch {
+                handle: tokio::runtime::Handle::current(),
+                prepared: prep_rx,
+                target: target.clone(),
+                cancel: level_cancel.clone(),
+                window_start,
+                launch_until_ns: launch_until_ns.clone(),
+            });
+            let refill =
+                |mix: &mut RequestMix<'_>, prep_tx: &Option<mpsc::Sender<PreparedRequest>>| {
+                    if let Some(ptx) = prep_tx
+                        && let Some(p) = next_request(mix)
+                    {
+                        // Never full: one is sent per one the pacer took.
+                        let _ = ptx.try_send(p);
+                    }
+                };
+            if direct.is_some() {
+                for _ in 0..PREPARED_AHEAD {
+                    refill(&mut mix, &prep_tx);
+                }
+            } else {
+                prep_tx = None;
+            }
             let pacer = match ArrivalSchedule::new(rate_per_s, arrival, seed) {
                 Ok(schedule) => {
                     let stop = stop.clone();
+                    let tx = tx.clone();
                     std::thread::Builder::new()
                         .name("headroom-pacer".into())
-                        .spawn(move || pace(schedule, t0, total, &tick_tx, &stop))
+                        .spawn(move || pace(schedule, t0, total, &tx, &stop, direct))
                         .ok()
                 }
                 Err(_) => None,
             };
             let mut backlog: VecDeque<(Instant, PreparedRequest)> = VecDeque::new();
-            let mut pending = next_request(&mut mix);
+            let mut pending = if prep_tx.is_none() {
+                next_request(&mut mix)
+            } else {
+                None
+            };
             loop {
                 let now = Instant::now();
+                let before = window_end;
                 window_end = run_check(now, &mut next_check, &out, window_end);
+                if window_end != before {
+                    launch_until_ns.store(ns_from_t0(window_end), Ordering::Relaxed);
+                }
                 if now >= window_end {
                     break;
                 }
@@ -379,36 +468,72 @@ pub async fn run_level_with(
                     biased;
                     () = cancel.cancelled() => { interrupted = true; break; }
                     () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
-                    tick = tick_rx.recv() => {
-                        let Some(intended) = tick else { break };
-                        let Some(p) = pending.take() else { break };
-                        let in_window = intended >= window_start;
+                    m = rx.recv() => match m {
+                        None => break,
+                        Some(Msg::Launched { in_window }) => {
+                            if in_window {
+                                out.started += 1;
+                            } else {
+                                out.warmup_started += 1;
+                            }
+                            fl.in_flight += 1;
+                            if in_window {
+                                fl.in_window += 1;
+                            }
+                            refill(&mut mix, &prep_tx);
+                        }
+                        Some(Msg::Tick(intended)) => {
+                            let Some(p) = pending.take() else { break };
+                            let in_window = intended >= window_start;
+                            if in_window {
+                                out.started += 1;
+                            } else {
+                                out.warmup_started += 1;
+                            }
+                            if fl.in_flight < cap {
+                                launch(p, intended, in_window, &mut fl);
+                            } else {
+                                backlog.push_back((intended, p));
+                            }
+                            pending = next_request(&mut mix);
+                        }
+                        Some(Msg::Done(d)) => {
+                            fl.done(d, &mut out, &opts.goodput);
+                            while fl.in_flight < cap {
+                                let Some((intended, p)) = backlog.pop_front() else { break };
+                                let in_window = intended >= window_start;
+                                launch(p, intended, in_window, &mut fl);
+                            }
+                        }
+                    },
+                }
+            }
+            launch_until_ns.store(0, Ordering::Relaxed);
+            stop.store(true, Ordering::Relaxed);
+            // Unblocks a pacer waiting for a prepared request.
+            drop(prep_tx);
+            if let Some(h) = pacer {
+                let _ = h.join();
+            }
+            // Every launch is now in the channel: count them (and whatever finished) before
+            // the drain decides what is still in flight.
+            while let Ok(m) = rx.try_recv() {
+                match m {
+                    Msg::Launched { in_window } => {
                         if in_window {
                             out.started += 1;
                         } else {
                             out.warmup_started += 1;
                         }
-                        if fl.in_flight < cap {
-                            launch(p, intended, in_window, &mut fl);
-                        } else {
-                            backlog.push_back((intended, p));
-                        }
-                        pending = next_request(&mut mix);
-                    }
-                    d = rx.recv() => {
-                        if let Some(d) = d {
-                            fl.done(d, &mut out, &opts.goodput);
-                        }
-                        while fl.in_flight < cap {
-                            let Some((intended, p)) = backlog.pop_front() else { break };
-                            let in_window = intended >= window_start;
-                            launch(p, intended, in_window, &mut fl);
+                        fl.in_flight += 1;
+                        if in_window {
+                            fl.in_window += 1;
                         }
                     }
+                    Msg::Done(d) => fl.done(d, &mut out, &opts.goodput),
+                    Msg::Tick(_) => {}
                 }
             }
-            stop.store(true, Ordering::Relaxed);
-            drop(tick_rx);
             // Arrivals of the window that never got a slot: recorded as cancelled before their
             // first token (their age is a lower bound on their TTFT).
             let now = Instant::now();
@@ -423,9 +548,6 @@ pub async fn run_level_with(
                     c.record(&record);
                 }
                 out.cancelled_at_end += 1;
-            }
-            if let Some(h) = pacer {
-                let _ = h.join();
             }
         }
     }
@@ -471,8 +593,9 @@ pub async fn run_level_with(
         tokio::select! {
             biased;
             () = cancel.cancelled() => { out.interrupted = true; break; }
-            d = rx.recv() => match d {
-                Some(d) => fl.done(d, &mut out, &opts.goodput),
+            m = rx.recv() => match m {
+                Some(Msg::Done(d)) => fl.done(d, &mut out, &opts.goodput),
+                Some(_) => {}
                 None => break,
             },
             () = tokio::time::sleep_until(drain_deadline) => break,
@@ -485,7 +608,8 @@ pub async fn run_level_with(
     drop(tx);
     while fl.in_flight > 0 {
         match rx.recv().await {
-            Some(d) => fl.done(d, &mut out, &opts.goodput),
+            Some(Msg::Done(d)) => fl.done(d, &mut out, &opts.goodput),
+            Some(_) => {}
             None => break,
         }
     }
@@ -498,20 +622,37 @@ pub async fn run_level_with(
     out
 }
 
-/// The pacer: sleeps to each intended send time and hands it to the dispatcher, until the level's
-/// end or `stop`.
+/// The pacer: sleeps to each intended send time, then launches the request itself (`direct`:
+/// a request prepared by the dispatcher, spawned on its runtime) or hands the time to the
+/// dispatcher, until the level's end or `stop`.
 fn pace(
     schedule: ArrivalSchedule,
     t0: Instant,
     total: Duration,
-    tx: &mpsc::UnboundedSender<Instant>,
+    tx: &mpsc::UnboundedSender<Msg>,
     stop: &AtomicBool,
+    mut direct: Option<DirectLaunch>,
 ) {
+    // The kernel may delay a sleeping thread's wake-up by its timer slack (50 µs by default);
+    // 1 µs keeps the wake-up on time.
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong);
+    }
     for offset in schedule {
         if offset >= total {
             return;
         }
         let at = t0 + offset;
+        // Take the request before sleeping, so the launch itself is all that happens at `at`.
+        let prepared = match &mut direct {
+            Some(d) => match d.prepared.blocking_recv() {
+                Some(p) => Some(p),
+                None => return,
+            },
+            None => None,
+        };
         loop {
             if stop.load(Ordering::Relaxed) {
                 return;
@@ -523,7 +664,30 @@ fn pace(
             // Sleep in slices so a stop is noticed within 20 ms at any rate.
             std::thread::sleep((at - now).min(Duration::from_millis(20)));
         }
-        if tx.send(at).is_err() {
+        let sent = match (&direct, prepared) {
+            (Some(d), Some(p)) => {
+                let offset_ns = u64::try_from(offset.as_nanos()).unwrap_or(u64::MAX);
+                if offset_ns >= d.launch_until_ns.load(Ordering::Relaxed) {
+                    return;
+                }
+                let in_window = at >= d.window_start;
+                let ok = tx.send(Msg::Launched { in_window }).is_ok();
+                if ok {
+                    d.handle.spawn(request_task(
+                        d.target.clone(),
+                        p,
+                        at,
+                        d.window_start,
+                        in_window,
+                        d.cancel.clone(),
+                        tx.clone(),
+                    ));
+                }
+                ok
+            }
+            _ => tx.send(Msg::Tick(at)).is_ok(),
+        };
+        if !sent {
             return;
         }
     }

@@ -246,3 +246,101 @@ async fn many_concurrent_streams_on_one_thread() {
     assert!(recs.iter().all(|r| r.timing.content_chunk_ns.len() == 20));
     assert_eq!(stub.requests(), 300);
 }
+
+/// A raw HTTP/1.1 server on loopback for connection-handling tests: accepts `conns` connections
+/// one after another, answers `per_conn` requests on each with a two-event completion stream
+/// (`Content-Length` framed, keep-alive), then closes that connection. Returns the URL and a
+/// handle yielding the requests served per connection. Sockets time out after 5 s, so the thread
+/// always ends.
+fn raw_server(conns: usize, per_conn: usize) -> (String, std::thread::JoinHandle<Vec<usize>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let h = std::thread::spawn(move || {
+        let body = "data: {\"choices\":[{\"text\":\"a\",\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n";
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut served = Vec::new();
+        for _ in 0..conns {
+            let Ok((mut s, _)) = listener.accept() else {
+                break;
+            };
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut n = 0;
+            let mut buf = Vec::new();
+            while n < per_conn {
+                // read one request: head, then Content-Length bytes of body
+                let mut chunk = [0u8; 4096];
+                let Some(head_end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                    continue;
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                if buf.len() < head_end + 4 + len {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                    continue;
+                }
+                buf.drain(..head_end + 4 + len);
+                s.write_all(resp.as_bytes()).unwrap();
+                n += 1;
+            }
+            served.push(n);
+        }
+        served
+    });
+    (url, h)
+}
+
+#[tokio::test]
+async fn connections_are_reused() {
+    // one connection serving three requests: the pool must hand the same connection back
+    let (url, h) = raw_server(1, 3);
+    let t = Target::new(&url, None, Some("tiny")).unwrap();
+    for _ in 0..3 {
+        let r = t
+            .send(
+                &request(Endpoint::Completions, 1),
+                Instant::now(),
+                &CancellationFlag::new(),
+            )
+            .await;
+        assert_eq!(r.outcome, Outcome::Length, "{:?}", r.message);
+        assert_eq!(r.timing.content_chunk_ns.len(), 1);
+    }
+    drop(t);
+    assert_eq!(h.join().unwrap(), vec![3]);
+}
+
+#[tokio::test]
+async fn a_connection_the_server_closed_is_replaced() {
+    // every connection serves one request, then the server closes it while it sits idle in the
+    // pool: each later request must notice and go to a new connection, never failing
+    let (url, h) = raw_server(3, 1);
+    let t = Target::new(&url, None, Some("tiny")).unwrap();
+    for i in 0..3 {
+        let r = t
+            .send(
+                &request(Endpoint::Completions, 1),
+                Instant::now(),
+                &CancellationFlag::new(),
+            )
+            .await;
+        assert_eq!(r.outcome, Outcome::Length, "request {i}: {:?}", r.message);
+        // let the close reach the client before the next request
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(t);
+    assert_eq!(h.join().unwrap(), vec![1, 1, 1]);
+}

@@ -1,11 +1,12 @@
 //! The OpenAI-compatible streaming client: `POST /v1/completions` and `/v1/chat/completions`
 //! with `stream: true` and `stream_options: {include_usage: true}`, timed chunk by chunk.
 //!
-//! Built on hyper 1 (hyper-util's pooled client, HTTP/1.1, one connection per stream in flight,
-//! `TCP_NODELAY`), because the client must never be what limits a measurement: every body frame
-//! is timestamped on arrival (monotonic clock, `std::time::Instant`) *before* it is parsed, the
-//! SSE parser ([`sse`]) works incrementally on borrowed bytes, and only the fields needed are
-//! decoded.
+//! Built on hyper 1's HTTP/1.1 connections (one connection per stream in flight, `TCP_NODELAY`,
+//! kept in a pool), because the client must never be what limits a measurement: each request's
+//! task drives its own connection (no second task per connection, see [`conn`]); every body
+//! frame is timestamped on arrival (monotonic clock, `std::time::Instant`) *before* it is parsed;
+//! the SSE parser ([`sse`]) works incrementally on the frame's bytes without copying them; a
+//! plain content chunk is read by a one-pass scanner and only the rest goes through serde_json.
 //!
 //! Times in a [`RequestRecord`] are nanoseconds since the request's *start*: the intended send
 //! time in open loop (so a late send counts against the latency, no coordinated omission), the
@@ -15,21 +16,26 @@
 //! Only `http://` targets are supported (no TLS); an API key is sent as `Authorization: Bearer`
 //! and never printed (the header is marked sensitive and [`Target`]'s `Debug` redacts it).
 
+mod chunk_scan;
+mod conn;
 pub mod sse;
 
 use crate::prompt::DrawnRequest;
 use crate::workload::Endpoint;
 use bytes::Bytes;
+use conn::{ConnDriver, Pool, describe, drive};
 use headroom_core::{Outcome, RequestTiming};
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::Full;
+use hyper::body::Body as _;
 use serde::Serialize;
 use sse::{SseSplitter, StreamState};
 use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -85,8 +91,11 @@ pub struct Target {
     base: String,
     model: Option<String>,
     auth: Option<HeaderValue>,
-    uris: [Uri; 2],
-    http: HyperClient<HttpConnector, Full<Bytes>>,
+    /// Origin-form paths of the two endpoints, as sent.
+    paths: [Uri; 2],
+    /// Path prefix of the base URL (empty or `/prefix`).
+    prefix: String,
+    pool: Arc<Pool>,
     config: ClientConfig,
 }
 
@@ -156,15 +165,25 @@ impl Target {
             ));
         }
         let base = trimmed.to_string();
-        let mk = |path: &str| -> Result<Uri, TargetError> {
-            format!("{base}{path}")
+        let prefix = uri.path().trim_end_matches('/').to_string();
+        let mk_path = |path: &str| -> Result<Uri, TargetError> {
+            format!("{prefix}{path}")
                 .parse()
                 .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))
         };
-        let uris = [
-            mk(Endpoint::Chat.path())?,
-            mk(Endpoint::Completions.path())?,
+        let paths = [
+            mk_path(Endpoint::Chat.path())?,
+            mk_path(Endpoint::Completions.path())?,
         ];
+        let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+        let host_header = HeaderValue::from_str(authority).map_err(|e| bad(&e.to_string()))?;
+        let host = uri
+            .host()
+            .unwrap_or_default()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = uri.port_u16().unwrap_or(80);
         let auth = match api_key {
             Some(k) if !k.is_empty() => {
                 let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
@@ -174,20 +193,21 @@ impl Target {
             }
             _ => None,
         };
-        let mut conn = HttpConnector::new();
-        conn.set_nodelay(true);
-        conn.set_connect_timeout(Some(config.connect_timeout));
-        conn.enforce_http(true);
-        let http = HyperClient::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(config.max_idle_per_host)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(conn);
+        let pool = Arc::new(Pool::new(
+            host,
+            port,
+            host_header,
+            config.max_idle_per_host,
+            Duration::from_secs(90),
+            config.connect_timeout,
+        ));
         Ok(Target {
             base,
             model: model.filter(|m| !m.is_empty()).map(str::to_string),
             auth,
-            uris,
-            http,
+            paths,
+            prefix,
+            pool,
             config,
         })
     }
@@ -214,10 +234,10 @@ impl Target {
         &self.config
     }
 
-    fn uri(&self, e: Endpoint) -> &Uri {
+    fn path(&self, e: Endpoint) -> &Uri {
         match e {
-            Endpoint::Chat => &self.uris[0],
-            Endpoint::Completions => &self.uris[1],
+            Endpoint::Chat => &self.paths[0],
+            Endpoint::Completions => &self.paths[1],
         }
     }
 
@@ -227,18 +247,22 @@ impl Target {
     /// # Errors
     /// A message for connection failures, timeouts and over-long bodies.
     pub async fn get(&self, path: &str, limit: usize) -> Result<(StatusCode, Bytes), String> {
-        let uri: Uri = format!("{}{path}", self.base)
+        let uri: Uri = format!("{}{path}", self.prefix)
             .parse()
             .map_err(|e: http::uri::InvalidUri| e.to_string())?;
-        let mut b = Request::builder().method(Method::GET).uri(uri);
+        let mut b = Request::builder()
+            .method(Method::GET)
+            .uri(uri)
+            .header(HOST, self.pool.host_header.clone());
         if let Some(a) = &self.auth {
             b = b.header(AUTHORIZATION, a.clone());
         }
         let req = b.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
         let fut = async {
-            let resp = self.http.request(req).await.map_err(describe_hyper)?;
+            let (mut link, resp) = self.pool.request(req).await?;
             let status = resp.status();
-            let body = read_limited(resp.into_body(), limit).await?;
+            let body = read_limited(&mut link.conn, resp.into_body(), limit).await?;
+            self.pool.put_back(link);
             Ok((status, body))
         };
         tokio::time::timeout(self.config.connect_timeout + Duration::from_secs(10), fut)
@@ -278,12 +302,28 @@ impl Target {
         };
         let deadline = tokio::time::Instant::from_std(start + self.config.request_timeout);
         let mut last_ns = 0u64;
-        let exchange = self.exchange(req, start, &mut st, &mut rec, &mut last_ns);
-        let ended = tokio::select! {
-            biased;
-            () = cancel.cancelled() => Some(Outcome::ClientCancel),
-            () = tokio::time::sleep_until(deadline) => Some(Outcome::Timeout),
-            o = exchange => o,
+        let ended = {
+            let mut exchange = pin!(self.exchange(req, start, &mut st, &mut rec, &mut last_ns));
+            let mut cancelled = pin!(cancel.cancelled());
+            let mut timer = pin!(tokio::time::sleep_until(deadline));
+            // As `select!` (biased: cancel, then deadline, then the exchange), except that the
+            // cancellation and the deadline, which wake this task when they fire, are polled only
+            // after they fired or when the task's waker changed; a body frame costs one poll.
+            let mut registered: Option<Waker> = None;
+            poll_fn(|cx| {
+                let fresh = registered.as_ref().is_none_or(|w| !w.will_wake(cx.waker()));
+                if fresh {
+                    registered = Some(cx.waker().clone());
+                }
+                if (fresh || cancel.is_cancelled()) && cancelled.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Some(Outcome::ClientCancel));
+                }
+                if (fresh || timer.is_elapsed()) && timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Some(Outcome::Timeout));
+                }
+                exchange.as_mut().poll(cx)
+            })
+            .await
         };
         let end_ns = nanos_since(start);
         rec.outcome = match ended {
@@ -335,7 +375,8 @@ impl Target {
     ) -> Option<Outcome> {
         let mut b = Request::builder()
             .method(Method::POST)
-            .uri(self.uri(req.endpoint).clone())
+            .uri(self.path(req.endpoint).clone())
+            .header(HOST, self.pool.host_header.clone())
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .header(ACCEPT, HeaderValue::from_static("text/event-stream"));
         if let Some(a) = &self.auth {
@@ -349,25 +390,26 @@ impl Target {
             }
         };
         rec.send_lag_ns = nanos_since(start);
-        let resp = match self.http.request(http_req).await {
+        let (mut link, resp) = match self.pool.request(http_req).await {
             Ok(r) => r,
             Err(e) => {
-                rec.message = Some(describe_hyper(e));
+                rec.message = Some(e);
                 return Some(Outcome::Transport);
             }
         };
         let status = resp.status();
         if !status.is_success() {
-            let body = read_limited(resp.into_body(), 64 * 1024)
-                .await
-                .unwrap_or_default();
-            rec.message = Some(server_message(&body));
+            let body = read_limited(&mut link.conn, resp.into_body(), 64 * 1024).await;
+            if body.is_ok() {
+                self.pool.put_back(link);
+            }
+            rec.message = Some(server_message(&body.unwrap_or_default()));
             return Some(Outcome::HttpStatus(status.as_u16()));
         }
         let mut body = resp.into_body();
         let mut sp = SseSplitter::new();
         loop {
-            match body.frame().await {
+            match drive(&mut link.conn, |cx| Pin::new(&mut body).poll_frame(cx)).await {
                 None => break,
                 Some(Ok(frame)) => {
                     // Timestamp first, parse after.
@@ -381,7 +423,7 @@ impl Target {
                     let t = nanos_since(start);
                     sp.finish(&mut |ev| st.on_event(ev, t));
                     if st.finish_reason.is_none() && st.server_error.is_none() {
-                        rec.message = Some(format!("stream broke: {}", describe_hyper_body(&e)));
+                        rec.message = Some(format!("stream broke: {}", describe(&e)));
                         return Some(Outcome::Transport);
                     }
                     return None;
@@ -390,6 +432,7 @@ impl Target {
         }
         let t = *last_ns;
         sp.finish(&mut |ev| st.on_event(ev, t));
+        self.pool.put_back(link);
         None
     }
 }
@@ -398,34 +441,15 @@ fn nanos_since(start: Instant) -> u64 {
     u64::try_from(Instant::now().saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn describe_hyper(e: hyper_util::client::legacy::Error) -> String {
-    use std::error::Error;
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
-}
-
-fn describe_hyper_body(e: &hyper::Error) -> String {
-    use std::error::Error;
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
-}
-
-async fn read_limited(mut body: hyper::body::Incoming, limit: usize) -> Result<Bytes, String> {
+/// The whole body (at most `limit` bytes), driving its connection.
+async fn read_limited(
+    conn: &mut ConnDriver,
+    mut body: hyper::body::Incoming,
+    limit: usize,
+) -> Result<Bytes, String> {
     let mut out = Vec::new();
-    while let Some(f) = body.frame().await {
-        let f = f.map_err(|e| describe_hyper_body(&e))?;
+    while let Some(f) = drive(conn, |cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let f = f.map_err(|e| describe(&e))?;
         if let Some(d) = f.data_ref() {
             if out.len() + d.len() > limit {
                 return Err(format!("response body longer than {limit} bytes"));
@@ -623,20 +647,20 @@ mod tests {
     fn target_urls() {
         let t = Target::new("http://127.0.0.1:8000/v1/", Some("sk-secret"), None).unwrap();
         assert_eq!(t.base_url(), "http://127.0.0.1:8000");
-        assert_eq!(
-            t.uri(Endpoint::Chat).to_string(),
-            "http://127.0.0.1:8000/v1/chat/completions"
-        );
+        assert_eq!(t.path(Endpoint::Chat).to_string(), "/v1/chat/completions");
+        assert_eq!(t.pool.host_header, "127.0.0.1:8000");
         let dbg = format!("{t:?}");
         assert!(
             !dbg.contains("sk-secret") && dbg.contains("redacted"),
             "{dbg}"
         );
         let t = Target::new("http://gw:80/llm", None, Some("m")).unwrap();
+        assert_eq!(t.base_url(), "http://gw:80/llm");
         assert_eq!(
-            t.uri(Endpoint::Completions).to_string(),
-            "http://gw:80/llm/v1/completions"
+            t.path(Endpoint::Completions).to_string(),
+            "/llm/v1/completions"
         );
+        assert_eq!(t.pool.host_header, "gw:80");
         assert_eq!(t.with_model("x").model(), Some("x"));
         for (u, needle) in [
             ("https://x", "https is not supported"),

@@ -56,23 +56,29 @@ impl SseSplitter {
     }
 
     /// Feeds one frame; calls `on_event` with the data of every event it completes.
-    pub fn feed(&mut self, mut bytes: &[u8], on_event: &mut impl FnMut(&[u8])) {
+    ///
+    /// An event whose single `data` line and dispatching blank line both lie in this frame (the
+    /// usual case) is handed over as a slice of `frame`, without a copy.
+    pub fn feed(&mut self, frame: &[u8], on_event: &mut impl FnMut(&[u8])) {
+        let mut i = 0;
         if self.after_cr {
             self.after_cr = false;
-            if let Some(rest) = bytes.strip_prefix(b"\n") {
-                bytes = rest;
+            if frame.first() == Some(&b'\n') {
+                i = 1;
             }
         }
-        while !bytes.is_empty() {
-            let Some(pos) = bytes.iter().position(|b| *b == b'\n' || *b == b'\r') else {
-                self.partial.extend_from_slice(bytes);
-                return;
+        // The current event's data while it is a single line inside `frame`.
+        let mut borrowed: Option<(usize, usize)> = None;
+        while i < frame.len() {
+            let Some(off) = memchr::memchr2(b'\n', b'\r', &frame[i..]) else {
+                self.partial.extend_from_slice(&frame[i..]);
+                break;
             };
-            let line_end = bytes[pos];
+            let pos = i + off;
             let mut next = pos + 1;
-            if line_end == b'\r' {
-                if next < bytes.len() {
-                    if bytes[next] == b'\n' {
+            if frame[pos] == b'\r' {
+                if next < frame.len() {
+                    if frame[next] == b'\n' {
                         next += 1;
                     }
                 } else {
@@ -80,15 +86,25 @@ impl SseSplitter {
                 }
             }
             if self.partial.is_empty() {
-                self.line(&bytes[..pos], on_event);
+                self.line(frame, i, pos, &mut borrowed, on_event);
             } else {
+                // Only the first line of a frame can continue a partial one; nothing is
+                // borrowed yet.
                 let mut line = std::mem::take(&mut self.partial);
-                line.extend_from_slice(&bytes[..pos]);
-                self.line(&line, on_event);
+                line.extend_from_slice(&frame[i..pos]);
+                let len = line.len();
+                let mut held = None;
+                self.line(&line, 0, len, &mut held, on_event);
+                if let Some((s, e)) = held {
+                    self.data.extend_from_slice(&line[s..e]);
+                }
                 line.clear();
                 self.partial = line;
             }
-            bytes = &bytes[next..];
+            i = next;
+        }
+        if let Some((s, e)) = borrowed {
+            self.data.extend_from_slice(&frame[s..e]);
         }
     }
 
@@ -97,16 +113,35 @@ impl SseSplitter {
     pub fn finish(&mut self, on_event: &mut impl FnMut(&[u8])) {
         if !self.partial.is_empty() {
             let line = std::mem::take(&mut self.partial);
-            self.line(&line, on_event);
+            let mut held = None;
+            self.line(&line, 0, line.len(), &mut held, on_event);
+            if let Some((s, e)) = held {
+                self.data.extend_from_slice(&line[s..e]);
+            }
         }
-        self.line(b"", on_event);
+        self.line(b"", 0, 0, &mut None, on_event);
     }
 
-    fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(&[u8])) {
+    /// One line, `buf[start..end]`. `borrowed` holds the current event's data as a range of
+    /// `buf` while that is possible (a single `data` line of the same buffer).
+    fn line(
+        &mut self,
+        buf: &[u8],
+        start: usize,
+        end: usize,
+        borrowed: &mut Option<(usize, usize)>,
+        on_event: &mut impl FnMut(&[u8]),
+    ) {
+        let line = &buf[start..end];
         if line.is_empty() {
             if self.has_data {
-                on_event(&self.data);
-                self.data.clear();
+                match borrowed.take() {
+                    Some((s, e)) => on_event(&buf[s..e]),
+                    None => {
+                        on_event(&self.data);
+                        self.data.clear();
+                    }
+                }
                 self.has_data = false;
             }
             return;
@@ -114,19 +149,27 @@ impl SseSplitter {
         if line[0] == b':' {
             return; // comment
         }
-        let (field, value) = match line.iter().position(|b| *b == b':') {
+        let (field, value_start) = match memchr::memchr(b':', line) {
             Some(i) => {
-                let v = &line[i + 1..];
-                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+                let v = start + i + 1;
+                (
+                    &line[..i],
+                    if v < end && buf[v] == b' ' { v + 1 } else { v },
+                )
             }
-            None => (line, &b""[..]),
+            None => (line, end),
         };
         if field == b"data" {
-            if self.has_data {
-                self.data.push(b'\n');
+            if !self.has_data {
+                *borrowed = Some((value_start, end));
+                self.has_data = true;
+                return;
             }
-            self.data.extend_from_slice(value);
-            self.has_data = true;
+            if let Some((s, e)) = borrowed.take() {
+                self.data.extend_from_slice(&buf[s..e]);
+            }
+            self.data.push(b'\n');
+            self.data.extend_from_slice(&buf[value_start..end]);
         }
     }
 }
@@ -198,6 +241,23 @@ impl StreamState {
             self.done_ns.get_or_insert(t_ns);
             return;
         }
+        if let Some(c) = super::chunk_scan::scan(data) {
+            if c.content {
+                self.content_chunk_ns.push(t_ns);
+            }
+            if let Some(fr) = c.finish_reason
+                && self.finish_reason.is_none()
+            {
+                self.finish_reason = Some(fr.to_string());
+            }
+            return;
+        }
+        self.on_event_serde(data, t_ns);
+    }
+
+    /// The reference interpretation of one (non-`[DONE]`) event, through serde_json; the fast
+    /// path of `chunk_scan` answers only where it agrees with this.
+    fn on_event_serde(&mut self, data: &[u8], t_ns: u64) {
         let msg: ChunkMsg<'_> = match serde_json::from_slice(data) {
             Ok(m) => m,
             Err(e) => {
@@ -622,5 +682,174 @@ data: [DONE]\n\n";
             &[],
         );
         assert_eq!(st.content_chunk_ns.len(), 2);
+    }
+
+    /// What the serde path makes of one event on a fresh state: content chunk?, finish_reason,
+    /// and whether anything else happened (usage, metrics, errors).
+    fn by_serde(data: &[u8]) -> (bool, Option<String>, bool) {
+        let mut st = StreamState::default();
+        st.on_event_serde(data, 1);
+        let other = st.usage.is_some()
+            || st.metrics.is_some()
+            || st.server_error.is_some()
+            || st.protocol_error.is_some();
+        (!st.content_chunk_ns.is_empty(), st.finish_reason, other)
+    }
+
+    /// Where the fast path answers, it must answer as serde does.
+    fn agrees(data: &[u8]) -> bool {
+        match super::super::chunk_scan::scan(data) {
+            None => false,
+            Some(s) => {
+                let (content, finish, other) = by_serde(data);
+                assert!(
+                    !other && content == s.content && finish.as_deref() == s.finish_reason,
+                    "fast path disagrees with serde on {:?}: fast {s:?}, serde ({content}, {finish:?}, other {other})",
+                    String::from_utf8_lossy(data)
+                );
+                true
+            }
+        }
+    }
+
+    /// Every event of every stream fixture, and the stub's chunk shapes.
+    fn real_events() -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for f in FIXTURES {
+            let mut sp = SseSplitter::new();
+            sp.feed(&fixture(f.file), &mut |ev| out.push(ev.to_vec()));
+            sp.finish(&mut |ev| out.push(ev.to_vec()));
+        }
+        out.retain(|e| e != b"[DONE]");
+        out
+    }
+
+    #[test]
+    fn fast_path_answers_for_plain_chunks_and_agrees_with_serde() {
+        let events = real_events();
+        let mut answered = 0;
+        for e in &events {
+            let has_usage = e.windows(7).any(|w| w == b"\"usage\"");
+            let fast = agrees(e);
+            // every chunk without usage/metrics is plain: the fast path must take it
+            assert_eq!(fast, !has_usage, "{}", String::from_utf8_lossy(e));
+            answered += usize::from(fast);
+        }
+        // Plain chunks per fixture, counted by hand (role + content, without usage): chat 5,
+        // continuous usage 0 (every chunk carries usage), per-request metrics 4, completion
+        // stop 3, completion 5.
+        assert_eq!(
+            answered,
+            [5, 0, 4, 3, 5].iter().sum::<usize>(),
+            "{answered}"
+        );
+    }
+
+    #[test]
+    fn fast_path_edge_cases() {
+        use super::super::chunk_scan::{Scan, scan};
+        let yes = |content, fr| {
+            Some(Scan {
+                content,
+                finish_reason: fr,
+            })
+        };
+        let cases: &[(&str, Option<Scan<'_>>)] = &[
+            (r#"{"choices":[{"text":"a"}]}"#, yes(true, None)),
+            (
+                r#" { "choices" : [ { "text" : "" , "finish_reason" : "stop" } ] } "#,
+                yes(false, Some("stop")),
+            ),
+            (
+                r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+                yes(false, None),
+            ),
+            (
+                r#"{"choices":[{"delta":{"content":null,"reasoning":"x"}}]}"#,
+                yes(true, None),
+            ),
+            (
+                r#"{"choices":[{"delta":null,"text":null}]}"#,
+                yes(false, None),
+            ),
+            (r#"{"choices":[]}"#, yes(false, None)),
+            (r#"{"choices":null,"object":null}"#, yes(false, None)),
+            (
+                r#"{"choices":[{"text":"\n"},{"text":[1,2.5e-3,-0,true]}],"x":{}}"#,
+                yes(true, None),
+            ),
+            (
+                r#"{"choices":[{"text":"é","finish_reason":"length"}]}"#,
+                yes(true, Some("length")),
+            ),
+            (r#"{}"#, yes(false, None)),
+            // declined: serde must decide
+            (r#"{"choices":[{"text":"\u0041"}]}"#, None),
+            (r#"{"choices":[{"text":"a","text":"b"}]}"#, None),
+            (r#"{"choices":[{"text":"a"}],"choices":[]}"#, None),
+            (r#"{"choices":[["a"]]}"#, None),
+            (r#"{"choices":[{"delta":["a"]}]}"#, None),
+            (r#"{"choices":[{"text":1}]}"#, None),
+            (r#"{"choices":[{"text":"a"}],"usage":null}"#, None),
+            (r#"{"object":"error","message":"x"}"#, None),
+            (r#"{"object":"error"}"#, None),
+            (r#"{"error":{"message":"x"}}"#, None),
+            (r#"{"choices":[{"text":"a"}]} x"#, None),
+            (r#"{"choices":[{"text":"a"}],}"#, None),
+            (r#"{"n":01}"#, None),
+            (r#"{"n":1.}"#, None),
+            (r#"{"n":-}"#, None),
+            (r#"{"n":tru}"#, None),
+            (r#"{"s":"a\qb"}"#, None),
+            (r#"{"ch\/oices":[]}"#, None),
+            (r#"{"choices":[{"finish_reason":"st\/op"}]}"#, None),
+            (r#"[{"text":"a"}]"#, None),
+            (r#"{"choices":[{"text":"a"}]"#, None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(scan(text.as_bytes()), *want, "{text}");
+            agrees(text.as_bytes());
+        }
+        assert_eq!(scan(b"{\"s\":\"a\x01\"}"), None);
+        assert_eq!(scan(b"{\"s\":\"\xff\"}"), None);
+        let deep = format!("{{\"a\":{}1{}}}", "[".repeat(100), "]".repeat(100));
+        assert_eq!(scan(deep.as_bytes()), None);
+    }
+
+    #[test]
+    fn fast_path_agrees_with_serde_on_mutated_chunks() {
+        use rand::RngExt;
+        let events = real_events();
+        let mut rng = crate::arrivals::seeded_rng(7, 0xFA57);
+        const BYTES: &[u8] = b"\"\\{}[],: 0-e.nutfa\x01\xc3\xa9\xffE+/";
+        let mut answered = 0usize;
+        let total = 40_000;
+        for _ in 0..total {
+            let mut e = events[rng.random_range(0..events.len())].clone();
+            for _ in 0..rng.random_range(1..4) {
+                let at = rng.random_range(0..e.len());
+                match rng.random_range(0..4) {
+                    0 => e[at] = BYTES[rng.random_range(0..BYTES.len())],
+                    1 => {
+                        e.remove(at);
+                    }
+                    2 => e.insert(at, BYTES[rng.random_range(0..BYTES.len())]),
+                    _ => {
+                        let end = (at + rng.random_range(1..12)).min(e.len());
+                        let span = e[at..end].to_vec();
+                        e.splice(at..at, span);
+                    }
+                }
+                if e.is_empty() {
+                    e.push(b'{');
+                }
+            }
+            answered += usize::from(agrees(&e));
+        }
+        // The mutations must exercise both paths.
+        assert!(
+            answered > total / 20 && answered < total * 19 / 20,
+            "{answered}"
+        );
     }
 }

@@ -1,0 +1,206 @@
+//! HTTP/1.1 connections driven inside the request's own task, and the pool that keeps them.
+//!
+//! hyper's usual client spawns one task per connection: every body frame then costs two task
+//! wake-ups (the connection task reads and decodes it, the request task consumes it). Here the
+//! request's task polls the connection itself ([`drive`]): the connection future
+//! (`hyper::client::conn::http1::Connection`) and the response or body are polled together, so a
+//! frame is read, decoded and consumed in one task poll. Nothing polls an idle connection; a
+//! connection the server closed while it sat in the pool is noticed when it is taken out (its
+//! first poll reads the EOF), and a request that such a connection refused unsent goes to the
+//! next one, as hyper-util's pooled client does.
+//!
+//! One connection carries one request at a time (HTTP/1.1 without pipelining); a stream in
+//! flight holds its connection, so there are as many connections as streams.
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{Connection, SendRequest};
+use hyper_util::rt::TokioIo;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+
+/// A connection's future and whether it has ended (it must not be polled after that).
+pub(crate) struct ConnDriver {
+    conn: Connection<TokioIo<TcpStream>, Full<Bytes>>,
+    ended: bool,
+}
+
+/// One HTTP/1.1 connection: the request sender and the connection future.
+pub(crate) struct Link {
+    tx: SendRequest<Full<Bytes>>,
+    /// The connection, to be polled through [`drive`] while anything waits on it.
+    pub(crate) conn: ConnDriver,
+    idle_since: Instant,
+}
+
+/// Polls `f` with `cx` while driving `conn` in the same task, until `f` is ready or both wait.
+///
+/// Everything `f` can wait on (the response head, a body frame, readiness for a request) is
+/// produced by the connection future, so `f` is polled again after every poll of the connection.
+/// After the connection ends, `f` sees the end (hyper closes the channels with an error).
+pub(crate) fn poll_driven<T>(
+    conn: &mut ConnDriver,
+    cx: &mut Context<'_>,
+    mut f: impl FnMut(&mut Context<'_>) -> Poll<T>,
+) -> Poll<T> {
+    loop {
+        if let Poll::Ready(v) = f(cx) {
+            return Poll::Ready(v);
+        }
+        if conn.ended {
+            return Poll::Pending;
+        }
+        match Pin::new(&mut conn.conn).poll(cx) {
+            // The outcome reaches `f` through hyper's channels; poll it again.
+            Poll::Ready(_) => conn.ended = true,
+            Poll::Pending => return f(cx),
+        }
+    }
+}
+
+/// [`poll_driven`] as a future.
+pub(crate) async fn drive<T>(
+    conn: &mut ConnDriver,
+    mut f: impl FnMut(&mut Context<'_>) -> Poll<T>,
+) -> T {
+    poll_fn(|cx| poll_driven(conn, cx, &mut f)).await
+}
+
+/// Where to connect and what to keep.
+pub(crate) struct Pool {
+    /// Host name or address as `TcpStream::connect` takes it (IPv6 without brackets).
+    host: String,
+    port: u16,
+    /// `Host` header value (the URL's authority).
+    pub(crate) host_header: HeaderValue,
+    idle: Mutex<Vec<Link>>,
+    max_idle: usize,
+    idle_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Pool {
+    /// A pool for `host:port`; keeps at most `max_idle` idle connections, each at most
+    /// `idle_timeout`.
+    pub(crate) fn new(
+        host: String,
+        port: u16,
+        host_header: HeaderValue,
+        max_idle: usize,
+        idle_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Pool {
+        Pool {
+            host,
+            port,
+            host_header,
+            idle: Mutex::new(Vec::new()),
+            max_idle,
+            idle_timeout,
+            connect_timeout,
+        }
+    }
+
+    /// The most recently used idle connection that has not expired.
+    fn checkout(&self) -> Option<Link> {
+        let mut idle = self.idle.lock().ok()?;
+        while let Some(link) = idle.pop() {
+            if link.idle_since.elapsed() <= self.idle_timeout && !link.tx.is_closed() {
+                return Some(link);
+            }
+        }
+        None
+    }
+
+    /// Returns a connection whose exchange ended cleanly (the whole body was read).
+    pub(crate) fn put_back(&self, mut link: Link) {
+        if link.conn.ended || link.tx.is_closed() {
+            return;
+        }
+        link.idle_since = Instant::now();
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < self.max_idle
+        {
+            idle.push(link);
+        }
+    }
+
+    async fn connect(&self) -> Result<Link, String> {
+        let tcp = tokio::time::timeout(
+            self.connect_timeout,
+            TcpStream::connect((self.host.as_str(), self.port)),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "tcp connect to {}:{} timed out after {} s",
+                self.host,
+                self.port,
+                self.connect_timeout.as_secs_f64()
+            )
+        })?
+        .map_err(|e| format!("tcp connect error: {e}"))?;
+        // Chunks are small and latency-critical; a failure here only costs latency.
+        let _ = tcp.set_nodelay(true);
+        let (tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| format!("HTTP handshake failed: {}", describe(&e)))?;
+        Ok(Link {
+            tx,
+            conn: ConnDriver { conn, ended: false },
+            idle_since: Instant::now(),
+        })
+    }
+
+    /// Sends `req` (origin-form URI, `Host` header set) on an idle connection or a new one and
+    /// waits for the response head, driving the connection in this task. A request that an idle
+    /// connection refused before sending it (the server had closed it) goes to the next
+    /// connection; a new connection is the last try.
+    ///
+    /// # Errors
+    /// The connect or transport error, described.
+    pub(crate) async fn request(
+        &self,
+        mut req: Request<Full<Bytes>>,
+    ) -> Result<(Link, Response<Incoming>), String> {
+        loop {
+            let (mut link, fresh) = match self.checkout() {
+                Some(l) => (l, false),
+                None => (self.connect().await?, true),
+            };
+            let tx = &mut link.tx;
+            if let Err(e) = drive(&mut link.conn, |cx| tx.poll_ready(cx)).await {
+                if fresh {
+                    return Err(describe(&e));
+                }
+                continue;
+            }
+            let mut sent = pin!(link.tx.try_send_request(req));
+            match drive(&mut link.conn, |cx| sent.as_mut().poll(cx)).await {
+                Ok(resp) => return Ok((link, resp)),
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) if !fresh => req = unsent,
+                    _ => return Err(describe(e.error())),
+                },
+            }
+        }
+    }
+}
+
+/// An error and its sources, joined with `: `.
+pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
