@@ -72,7 +72,7 @@ pub struct SweepArgs {
     /// HF tokenizer.json for exact prompt token counts.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// Run directory (default: runs/<unix time>).
+    /// Run directory (default: runs/<UTC date>T<time>Z, e.g. runs/20261129T215726Z).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// A short smoke run: short windows, coarse search.
@@ -288,14 +288,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
             integer: mode == LoadMode::Concurrency,
         },
     };
-    let run_dir = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("runs").join(format!(
-            "{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs())
-        ))
-    });
+    let run_dir = args.out.clone().unwrap_or_else(default_run_dir);
     std::fs::create_dir_all(&run_dir)
         .with_context(|| format!("cannot create run directory {}", run_dir.display()))?;
     let metrics_url = if args.no_metrics {
@@ -486,5 +479,39 @@ mod tests {
                 "VAR"
             ]
         );
+    }
+}
+
+/// `runs/<UTC yyyymmdd>T<hhmmss>Z`: sorts by time and reads as a date; a suffix `-2`, `-3`, …
+/// when two runs start in the same second.
+fn default_run_dir() -> PathBuf {
+    let base = PathBuf::from("runs").join(utc_stamp(chrono::Utc::now()));
+    let mut dir = base.clone();
+    let mut n = 2;
+    while dir.exists() {
+        dir = PathBuf::from(format!("{}-{n}", base.display()));
+        n += 1;
+    }
+    dir
+}
+
+/// `yyyymmddThhmmssZ`.
+fn utc_stamp(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y%m%dT%H%M%SZ").to_string()
+}
+
+#[cfg(test)]
+mod run_dir_tests {
+    #[test]
+    fn utc_stamps_match_known_dates() {
+        // Known instants: the epoch, 2000-02-29 (leap day), and 2026-11-29 21:57:26 UTC.
+        for (unix_s, want) in [
+            (0, "19700101T000000Z"),
+            (951_782_400, "20000229T000000Z"),
+            (1_795_989_446, "20261129T215726Z"),
+        ] {
+            let t = chrono::DateTime::from_timestamp(unix_s, 0).unwrap();
+            assert_eq!(super::utc_stamp(t), want);
+        }
     }
 }
