@@ -108,7 +108,9 @@ impl SimArgs {
         if self.tensor_parallel != 1 {
             spec.tensor_parallel = self.tensor_parallel;
         }
-        if (self.gpu_memory_utilization - 0.9).abs() > 1e-12 {
+        // `!=` on purpose: a NaN flag differs from the default and must reach `resolve()`, which
+        // refuses it, instead of silently meaning "the default".
+        if self.gpu_memory_utilization.to_bits() != d.gpu_memory_utilization.to_bits() {
             spec.gpu_memory_utilization = self.gpu_memory_utilization;
         }
         spec.max_model_len = self.max_model_len.or(spec.max_model_len);
@@ -124,7 +126,7 @@ impl SimArgs {
         if self.seed != 0 {
             spec.seed = self.seed;
         }
-        if (self.time_scale - 1.0).abs() > 1e-12 {
+        if self.time_scale.to_bits() != d.time_scale.to_bits() {
             spec.time_scale = self.time_scale;
         }
         spec.power_cap_w = self.power_cap_w.or(spec.power_cap_w);
@@ -176,4 +178,44 @@ pub async fn run(args: SimArgs) -> Result<()> {
         .context("waiting for Ctrl-C")?;
     handle.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SimArgs;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn spec_err(args: &[&str]) -> String {
+        let t = T::try_parse_from(std::iter::once("sim").chain(args.iter().copied())).unwrap();
+        match t.sim.spec() {
+            Ok(_) => panic!("accepted {args:?}"),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    /// A non-finite or out-of-range float flag is refused with the field's name, never taken
+    /// silently as the default.
+    #[test]
+    fn non_finite_float_flags_are_refused_not_ignored() {
+        for (args, field) in [
+            (&["--time-scale", "nan"][..], "time_scale"),
+            (&["--time-scale=-1"], "time_scale"),
+            (&["--time-scale", "inf"], "time_scale"),
+            (&["--gpu-memory-utilization", "nan"], "gpu_memory_utilization"),
+            (&["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
+            (&["--power-cap-w", "nan"], "power_cap_w"),
+            (&["--xid-at-s=-3"], "xid_at_s"),
+        ] {
+            let e = spec_err(args);
+            assert!(e.contains(field), "{args:?}: {e}");
+        }
+        // The defaults themselves are fine.
+        assert!(T::try_parse_from(["sim"]).unwrap().sim.spec().is_ok());
+    }
 }

@@ -119,6 +119,7 @@ impl Faults {
     /// # Errors
     /// [`FaultsError::Invalid`] naming the first offending field.
     pub fn validate(&self) -> Result<(), FaultsError> {
+        const MAX_FAULT_DELAY_S: f64 = 3600.0;
         let rates = [
             ("error_500_rate", self.error_500_rate),
             ("error_503_rate", self.error_503_rate),
@@ -147,10 +148,12 @@ impl Faults {
             ("slow_start_s", self.slow_start_s),
             ("stall_s", self.stall_s),
         ] {
-            if !(v.is_finite() && v >= 0.0) {
+            // An hour bounds every injected delay: longer is a typo, and a delay beyond
+            // Duration's range would panic the request's task.
+            if !(v.is_finite() && (0.0..=MAX_FAULT_DELAY_S).contains(&v)) {
                 return Err(FaultsError::Invalid {
                     field,
-                    expected: "a finite number of seconds >= 0",
+                    expected: "a number of seconds from 0 to 3600",
                     got: v.to_string(),
                 });
             }
@@ -207,6 +210,31 @@ impl Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delays_beyond_an_hour_or_not_finite_are_refused() {
+        for (field, v) in [
+            ("slow_start_s", 1e300),
+            ("slow_start_s", 3600.5),
+            ("stall_s", f64::INFINITY),
+            ("stall_s", f64::NAN),
+            ("stall_s", -0.1),
+        ] {
+            let mut f = Faults::default();
+            match field {
+                "slow_start_s" => f.slow_start_s = v,
+                _ => f.stall_s = v,
+            }
+            let e = f.validate().unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains("0 to 3600"), "{v}: {e}");
+        }
+        let ok = Faults {
+            slow_start_s: 3600.0,
+            stall_s: 0.0,
+            ..Faults::default()
+        };
+        assert!(ok.validate().is_ok());
+    }
 
     #[test]
     fn default_is_inert_and_plans_nothing() {
