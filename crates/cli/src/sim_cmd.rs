@@ -83,7 +83,8 @@ pub struct SimArgs {
     /// dcgm-exporter-compatible port (default: API port + 1).
     #[arg(long)]
     pub dcgm_port: Option<u16>,
-    /// Require this API key (Authorization: Bearer); read from the environment variable named.
+    /// Require this API key on every request (`Authorization: Bearer KEY`); better given through
+    /// the environment variable than on the command line.
     #[arg(long, env = "HEADROOM_SIM_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
 }
