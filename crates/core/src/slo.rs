@@ -149,7 +149,8 @@ impl SloFile {
     /// Reads `slo.yaml`.
     ///
     /// # Errors
-    /// File, line and field of the first problem: unknown field, a percentile outside (0, 100),
+    /// File, line and field of the first problem: unknown field, a percentile outside p1–p99.99
+    /// ([`MIN_PERCENTILE`], [`MAX_PERCENTILE`]) or with more than three decimals,
     /// a duration without a unit, a ratio of 100 % or more.
     pub fn load(path: &Path) -> Result<SloFile, YamlError> {
         let f: SloFile = load_yaml(path)?;
@@ -313,6 +314,15 @@ pub fn parse_ratio(s: &str) -> Result<f64, String> {
     Ok(out)
 }
 
+/// Lowest percentile an objective may use (`p1`): below it a "percentile below a threshold" says
+/// nothing about latency.
+pub const MIN_PERCENTILE: f64 = 1.0;
+
+/// Highest percentile an objective may use (`p99.99`): every consumer needs
+/// [`crate::stats::min_samples_for_percentile`] observations (10 000 here) and that count must
+/// be finite; `slo rules` and OpenSLO need `p < 100`.
+pub const MAX_PERCENTILE: f64 = 99.99;
+
 fn parse_pct_key(k: &str) -> Result<PctKey, String> {
     let num = k
         .strip_prefix('p')
@@ -320,12 +330,20 @@ fn parse_pct_key(k: &str) -> Result<PctKey, String> {
     let v: f64 = num
         .parse()
         .map_err(|_| format!("`{k}`: expected a percentile key like p95 or p99.9"))?;
-    if !(v > 0.0 && v < 100.0) {
+    if !(MIN_PERCENTILE..=MAX_PERCENTILE).contains(&v) {
         return Err(format!(
-            "`{k}`: percentile out of range; expected p0 < p < p100"
+            "`{k}`: percentile out of range; expected p{MIN_PERCENTILE} to p{MAX_PERCENTILE} (p{MAX_PERCENTILE} already needs {} observations; p100 no finite number)",
+            crate::stats::min_samples_for_percentile(MAX_PERCENTILE)
         ));
     }
-    Ok(PctKey((v * 1000.0).round() as u32))
+    let thousandths = (v * 1000.0).round();
+    if (thousandths / 1000.0 - v).abs() > 1e-9 {
+        return Err(format!(
+            "`{k}`: at most three decimals are kept (p{}); write the percentile you mean",
+            thousandths / 1000.0
+        ));
+    }
+    Ok(PctKey(thousandths as u32))
 }
 
 #[derive(Deserialize)]
@@ -387,8 +405,11 @@ pub fn fmt_num(v: f64) -> String {
     }
 }
 
+/// A percentile as written in `slo.yaml` keys: up to three decimals, trailing zeros dropped
+/// (`95`, `99.9`, `99.99`; [`fmt_num`] would round `99.99` to `100`).
 fn fmt_pct(p: f64) -> String {
-    fmt_num(p)
+    let s = format!("{p:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// The default SLO of the embedded demo, from the seed guides' claims-assistant walkthrough:
@@ -462,11 +483,52 @@ mod tests {
     }
 
     #[test]
+    fn percentile_range_edges_are_accepted() {
+        let f = parse("objectives:\n  \"*\": {ttft: {p1: 1s, p99.99: 2s}}\n").unwrap();
+        let ids: Vec<String> = f.spec_for("*").objectives.iter().map(|o| o.id()).collect();
+        assert_eq!(ids, vec!["ttft_p1", "ttft_p99.99"]);
+        // p99.99 needs ceil(1 / 0.0001) = 10 000 observations: finite
+        assert_eq!(
+            crate::stats::min_samples_for_percentile(MAX_PERCENTILE),
+            10_000
+        );
+    }
+
+    #[test]
     fn bad_input_names_file_and_field() {
         for (text, needle) in [
             (
                 "objectives:\n  \"*\": {ttft: {p100: 1s}}\n",
                 "percentile out of range",
+            ),
+            // every key outside p1–p99.99, including those that would round into p0 or p100
+            (
+                "objectives:\n  \"*\":\n    ttft: {p99.99999: 1s}\n",
+                "slo.yaml:3:",
+            ),
+            (
+                "objectives:\n  \"*\": {ttft: {p99.99999: 1s}}\n",
+                "`p99.99999`: percentile out of range; expected p1 to p99.99",
+            ),
+            (
+                "objectives:\n  \"*\": {e2e: {p0.00001: 1s}}\n",
+                "`p0.00001`: percentile out of range",
+            ),
+            (
+                "objectives:\n  \"*\": {itl: {p99.995: 1s}}\n",
+                "percentile out of range",
+            ),
+            (
+                "objectives:\n  \"*\": {tpot: {p0.5: 1s}}\n",
+                "percentile out of range",
+            ),
+            (
+                "objectives:\n  \"*\": {queue_time: {p100.0: 1s}}\n",
+                "percentile out of range",
+            ),
+            (
+                "objectives:\n  \"*\": {ttft: {p95.0001: 1s}}\n",
+                "at most three decimals",
             ),
             ("objectives:\n  \"*\": {ttft: {p95: 300}}\n", "no unit"),
             (
