@@ -318,7 +318,7 @@ fn source_of(r: &Read) -> DiagnosisSource {
 /// The report's JSON ([`diagnosis::json`]) with one more top-level array per window:
 /// `data_warnings`, each `{"metric", "series", "signal", "problem", "detail", "occurrences"}`
 /// ([`headroom_signals::DataWarning`]), empty when the data was consistent. `problem` is one of
-/// `not_cumulative`, `duplicate_bound`, `negative`, `count_mismatch`, `not_finite`,
+/// `not_cumulative`, `duplicate_bound`, `duplicate_series`, `negative`, `count_mismatch`, `not_finite`,
 /// `out_of_range`.
 fn json_with_data_warnings(ds: &[Diagnosis], reads: &[Read]) -> Result<String> {
     let mut out = Vec::with_capacity(ds.len());

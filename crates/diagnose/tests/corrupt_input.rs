@@ -443,3 +443,112 @@ fn the_error_objective_refuses_a_corrupt_finished_counter() {
     );
     nothing_from(&a, "vllm:request_success_total");
 }
+
+/// Inserts `extra` right after the first line of `body` that contains `after`.
+fn with_line_after(body: &str, after: &str, extra: &str) -> String {
+    let mut out = String::new();
+    let mut done = false;
+    for line in body.lines() {
+        out += line;
+        out.push('\n');
+        if !done && line.contains(after) {
+            out += extra;
+            out.push('\n');
+            done = true;
+        }
+    }
+    assert!(done, "no line contains {after}");
+    out
+}
+
+#[test]
+fn a_series_written_twice_rejects_its_family_whatever_the_kind() {
+    let stop = r#"vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"}"#;
+    let bucket = r#"vllm:time_to_first_token_seconds_bucket{engine="0",le="0.25",model_name="m"}"#;
+    let sum = r#"vllm:request_queue_time_seconds_sum{engine="0",model_name="m"}"#;
+    let kv = r#"vllm:kv_cache_usage_perc{engine="0",model_name="m"}"#;
+    // (the repeated line, the family, the signal it feeds, the values in body order)
+    for (line, repeat, metric, signal, values) in [
+        // the adversarial case: a counter written 20 then 999 (a last-one-wins or summing
+        // reader would count 999 or 1019 finished requests)
+        (
+            stop,
+            format!("{stop} 999"),
+            "vllm:request_success_total",
+            Signal::RequestsFinished,
+            "values 20, 999",
+        ),
+        (
+            bucket,
+            format!("{bucket} 19"),
+            "vllm:time_to_first_token_seconds",
+            Signal::Ttft,
+            "values 18, 19",
+        ),
+        (
+            sum,
+            format!("{sum} 0.2"),
+            "vllm:request_queue_time_seconds",
+            Signal::QueueTime,
+            "values 0.2, 0.2",
+        ),
+        (
+            kv,
+            format!("{kv} 0.5"),
+            "vllm:kv_cache_usage_perc",
+            Signal::KvCacheUsage,
+            "values 0.25, 0.5",
+        ),
+    ] {
+        let body = with_line_after(&Body::default().render(), line, &repeat);
+        let w = window_of(&[body], &[]);
+        assert_eq!(w.data_warnings.len(), 1, "{metric}: {:?}", w.data_warnings);
+        let d = &w.data_warnings[0];
+        assert_eq!(d.metric, metric);
+        assert_eq!(d.problem, Problem::DuplicateSeries);
+        // the series is named, with its full label set (`le` included for a bucket)
+        let labels = &line[line.find('{').unwrap()..];
+        assert_eq!(d.series, labels, "{metric}");
+        assert!(
+            d.detail.contains("written 2 times in one scrape"),
+            "{}",
+            d.detail
+        );
+        assert!(d.detail.contains(values), "{values} not in {}", d.detail);
+        assert!(w.rejected.contains_key(&signal), "{metric}");
+        let a = assess(&w, None, &slo());
+        nothing_from(&a, metric);
+    }
+    // the error objective no longer passes on a made-up count
+    let body = with_line_after(&Body::default().render(), stop, &format!("{stop} 999"));
+    let w = window_of(&[body], &[]);
+    assert_eq!(w.requests_finished(), None);
+    let a = assess(&w, None, &slo());
+    assert_eq!(objective(&a, "error_rate").verdict, Verdict::Inconclusive);
+}
+
+#[test]
+fn a_gpu_series_written_twice_is_left_out() {
+    let util = r#"DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"}"#;
+    let dcgm = format!(
+        "{util} 40\n{util} 90\nDCGM_FI_DEV_GPU_TEMP{{gpu=\"0\",UUID=\"GPU-a\"}} 60\nDCGM_FI_DEV_GPU_TEMP{{gpu=\"1\",UUID=\"GPU-b\"}} 61\n"
+    );
+    let body = Body::default().render();
+    let w = window_of(&[body.clone(), body], &[dcgm.clone(), dcgm]);
+    let g0 = w.gpus.iter().find(|g| g.id.gpu == "0").unwrap();
+    assert!(
+        !g0.gauges
+            .contains_key(&headroom_signals::adapter::GpuField::GpuUtilPct)
+    );
+    // the same metric name with another `gpu` label is a different series
+    assert_eq!(
+        g0.gauges[&headroom_signals::adapter::GpuField::GpuTempC].max,
+        60.0
+    );
+    let d = &w.data_warnings[0];
+    assert_eq!(d.metric, "DCGM_FI_DEV_GPU_UTIL");
+    assert_eq!(d.problem, Problem::DuplicateSeries);
+    assert!(d.detail.contains("values 40, 90"), "{}", d.detail);
+    let a = assess(&w, None, &slo());
+    nothing_from(&a, "DCGM_FI_DEV_GPU_UTIL");
+}

@@ -721,6 +721,19 @@ fn read_values(exp: &Exposition, m: &Mapping, sel: &Selection, snap: &mut Engine
                 value: s.value * m.scale,
             });
         }
+        for d in exp.duplicates(name) {
+            if !sel.matches(&d.labels) || m.only.is_some_and(|(k, v)| d.labels.get(k) != Some(v)) {
+                continue;
+            }
+            let (problem, detail) = quality::check_duplicate(d);
+            bad.push(DataWarning::rejected(
+                name,
+                &d.labels,
+                m.signal.name(),
+                problem,
+                detail,
+            ));
+        }
         if !bad.is_empty() {
             // One corrupt series makes the family's sum (or max) wrong: reject all of it.
             snap.rejected.insert(m.signal, name.to_string());
@@ -793,6 +806,25 @@ fn read_histogram(
             }
         }
         let mut bad: Vec<DataWarning> = Vec::new();
+        for part in [
+            bucket_name.clone(),
+            format!("{base}_sum"),
+            format!("{base}_count"),
+        ] {
+            for d in exp.duplicates(&part) {
+                if !sel.matches(&d.labels) {
+                    continue;
+                }
+                let (problem, detail) = quality::check_duplicate(d);
+                bad.push(DataWarning::rejected(
+                    base,
+                    &d.labels,
+                    m.signal.name(),
+                    problem,
+                    detail,
+                ));
+            }
+        }
         for (labels, h) in by_series.iter_mut() {
             if m.scale != 1.0 {
                 for b in &mut h.buckets {
@@ -1015,6 +1047,8 @@ pub fn dcgm_snapshot(exp: &Exposition) -> DcgmSnapshot {
     let mut warnings = Vec::new();
     let mut rejected = Vec::new();
     for &(name, field, scale) in DCGM_FIELDS {
+        // A series written twice: which value the device reported cannot be known.
+        let duplicated: Vec<&crate::exposition::Duplicate> = exp.duplicates(name).collect();
         for s in exp.samples(name) {
             let l = &s.labels;
             let Some(gpu) = l.get("gpu") else { continue };
@@ -1043,12 +1077,16 @@ pub fn dcgm_snapshot(exp: &Exposition) -> DcgmSnapshot {
                 }
             }
             let v = s.value * scale;
-            if let Some(detail) = quality::check_gpu(field, v) {
+            let problem = match duplicated.iter().find(|d| d.labels == s.labels) {
+                Some(d) => Some(quality::check_duplicate(d)),
+                None => quality::check_gpu(field, v).map(|detail| (Problem::OutOfRange, detail)),
+            };
+            if let Some((problem, detail)) = problem {
                 warnings.push(DataWarning::rejected(
                     name,
                     &s.labels,
                     field.name(),
-                    Problem::OutOfRange,
+                    problem,
                     detail,
                 ));
                 g.fields.remove(&field);

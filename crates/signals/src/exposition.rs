@@ -27,8 +27,11 @@
 //!   ends the document;
 //! * dcgm-exporter "blank" sentinels (an integer ≥ `0x7ffffffffffffff0`, or a float ≥ 2^47, on a
 //!   `DCGM_*`/`dcgm_*` metric) mean "no value" and are dropped with a warning;
-//! * duplicate series (same name and labels) are a producer bug: the last one is kept, with a
-//!   warning.
+//! * duplicate series (same sample name and the same label set, `le` included) are a producer
+//!   bug: the last one is kept in [`Family::samples`] with a warning, and every repeat is listed
+//!   in [`Family::duplicates`] so that readers that must not guess (the adapters, see
+//!   [`crate::quality`]) reject the family. The same name with other labels, or `_bucket`
+//!   samples that differ only in `le`, are distinct series.
 //!
 //! Memory is bounded on hostile input by [`Limits`]: every limit that is hit is an error, never a
 //! panic and never an unbounded allocation.
@@ -304,6 +307,22 @@ pub struct Family {
     pub created_companion: bool,
     /// Samples in body order (duplicates removed, the last one kept).
     pub samples: Vec<Sample>,
+    /// Series that appeared more than once in the body (same sample name and label set), with
+    /// every value in body order. Empty for a correct producer.
+    pub duplicates: Vec<Duplicate>,
+}
+
+/// One series written more than once in one body: the exposition formats allow each series once
+/// per scrape (Prometheus text format 0.0.4, OpenMetrics 1.0 "MetricFamilies MUST NOT have
+/// duplicate series"), so which value is true cannot be known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Duplicate {
+    /// Sample name (`vllm:request_success_total`, `vllm:e2e_request_latency_seconds_bucket`).
+    pub name: String,
+    /// The label set shared by the repeats, sorted by name.
+    pub labels: Labels,
+    /// Every value written for the series, in body order (at least two).
+    pub values: Vec<f64>,
 }
 
 /// A parsed body.
@@ -522,6 +541,7 @@ impl Parser<'_> {
             declared,
             created_companion: false,
             samples: Vec::new(),
+            duplicates: Vec::new(),
         });
         self.out.index.insert(name.to_owned(), idx);
         Ok(idx)
@@ -911,10 +931,25 @@ impl Parser<'_> {
                 HashMap::with_capacity(fam.samples.len());
             let mut drop = vec![false; fam.samples.len()];
             let mut any = false;
+            // index into `dups` per repeated series
+            let mut dup_of: HashMap<(&str, &Labels), usize> = HashMap::new();
+            let mut dups: Vec<Duplicate> = Vec::new();
             for (i, s) in fam.samples.iter().enumerate() {
-                if let Some(prev) = seen.insert((s.name.as_str(), &s.labels), i) {
+                let key = (s.name.as_str(), &s.labels);
+                if let Some(prev) = seen.insert(key, i) {
                     drop[prev] = true;
                     any = true;
+                    match dup_of.get(&key) {
+                        Some(&d) => dups[d].values.push(s.value),
+                        None => {
+                            dup_of.insert(key, dups.len());
+                            dups.push(Duplicate {
+                                name: s.name.clone(),
+                                labels: s.labels.clone(),
+                                values: vec![fam.samples[prev].value, s.value],
+                            });
+                        }
+                    }
                     if dup_warnings.len() < 5 {
                         dup_warnings.push(format!(
                             "duplicate series `{}{}`: the last value is kept",
@@ -923,6 +958,7 @@ impl Parser<'_> {
                     }
                 }
             }
+            fam.duplicates = dups;
             if any {
                 let mut i = 0;
                 fam.samples.retain(|_| {
@@ -1117,6 +1153,15 @@ impl Exposition {
             .into_iter()
             .flat_map(|f| f.samples.iter())
             .filter(move |s| s.name == sample_name)
+    }
+
+    /// The series named `sample_name` that the body wrote more than once (see
+    /// [`Family::duplicates`]).
+    pub fn duplicates(&self, sample_name: &str) -> impl Iterator<Item = &Duplicate> {
+        self.family_of_sample(sample_name)
+            .into_iter()
+            .flat_map(|f| f.duplicates.iter())
+            .filter(move |d| d.name == sample_name)
     }
 
     /// Whether any sample is named `sample_name`.
@@ -1331,6 +1376,36 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].value, 2.0);
         assert!(e.warnings[0].contains("duplicate"));
+        let d: Vec<_> = e.duplicates("m").collect();
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].values, vec![1.0, 2.0]);
+        assert_eq!(d[0].labels.get("a"), Some("1"));
+    }
+
+    #[test]
+    fn duplicates_are_same_name_and_same_labels_only() {
+        // other label values, other `le`, the same labels under another sample name: distinct
+        let e = one(concat!(
+            "# TYPE h histogram\n",
+            "h_bucket{le=\"0.1\",m=\"a\"} 1\nh_bucket{le=\"0.2\",m=\"a\"} 2\n",
+            "h_bucket{le=\"+Inf\",m=\"a\"} 3\nh_bucket{le=\"+Inf\",m=\"b\"} 1\n",
+            "h_sum{m=\"a\"} 0.5\nh_count{m=\"a\"} 3\n",
+            "c_total{m=\"a\"} 1\nc_total{m=\"b\"} 1\n",
+        ));
+        assert_eq!(e.family("h").unwrap().duplicates, vec![]);
+        assert_eq!(e.duplicates("c_total").count(), 0);
+        assert!(e.warnings.is_empty(), "{:?}", e.warnings);
+        // a bucket repeated with its `le`, label order ignored; three copies list three values
+        let e = one(concat!(
+            "# TYPE h histogram\n",
+            "h_bucket{le=\"0.1\",m=\"a\"} 1\nh_bucket{m=\"a\",le=\"0.1\"} 7\n",
+            "h_bucket{le=\"0.1\",m=\"a\"} 9\nh_bucket{le=\"+Inf\",m=\"a\"} 9\n",
+        ));
+        let d: Vec<_> = e.duplicates("h_bucket").collect();
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].values, vec![1.0, 7.0, 9.0]);
+        assert_eq!(d[0].labels.get("le"), Some("0.1"));
+        assert_eq!(e.duplicates("h_count").count(), 0);
     }
 
     #[test]

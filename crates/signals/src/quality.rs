@@ -22,6 +22,10 @@
 //! * **gauges**: the KV-cache usage ratio (`vllm:kv_cache_usage_perc`, a 0–1 ratio despite its
 //!   name) NaN or outside 0–1; request counts (running, waiting) NaN, infinite, negative or above
 //!   10^9;
+//! * **any family**: the same series (sample name and label set, `le` included) written twice
+//!   or more in one scrape ([`crate::exposition::Duplicate`]): the formats allow each series once,
+//!   and which copy is true cannot be known (keeping one would turn a producer bug into a figure
+//!   that looks valid);
 //! * **dcgm-exporter fields** outside what the device can report (see [`gpu_range`]): a
 //!   utilisation above 100 %, an activity ratio above 1, a temperature above 200 °C, ….
 //!
@@ -32,7 +36,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::adapter::{GpuField, Signal, SignalKind};
-use crate::exposition::Labels;
+use crate::exposition::{Duplicate, Labels};
 
 /// 2^53: the largest integer up to which an `f64` counts by one.
 pub const MAX_EXACT_COUNT: f64 = 9_007_199_254_740_992.0;
@@ -56,6 +60,8 @@ pub enum Problem {
     NotFinite,
     /// A value outside the quantity's possible range (ratio above 1, counter at 2^53, …).
     OutOfRange,
+    /// The same series (sample name and label set) written more than once in one scrape.
+    DuplicateSeries,
 }
 
 impl Problem {
@@ -68,6 +74,7 @@ impl Problem {
             Problem::CountMismatch => "count_mismatch",
             Problem::NotFinite => "not_finite",
             Problem::OutOfRange => "out_of_range",
+            Problem::DuplicateSeries => "duplicate_series",
         }
     }
 }
@@ -138,6 +145,22 @@ pub fn merge_warning(out: &mut Vec<DataWarning>, w: &DataWarning) {
         Some(x) => x.occurrences += w.occurrences,
         None => out.push(w.clone()),
     }
+}
+
+/// The problem and a sentence for a series written more than once in one scrape (see
+/// [`crate::exposition::Duplicate`]), e.g. `the series is written 2 times in one scrape (values
+/// 25, 999); each series may appear once`.
+pub fn check_duplicate(d: &Duplicate) -> (Problem, String) {
+    let values: Vec<String> = d.values.iter().map(|v| format!("{v}")).collect();
+    (
+        Problem::DuplicateSeries,
+        format!(
+            "the series `{}` is written {} times in one scrape (values {}); each series may appear once, so no copy can be trusted",
+            d.name,
+            d.values.len(),
+            values.join(", ")
+        ),
+    )
 }
 
 fn fmt_le(le: f64) -> String {
