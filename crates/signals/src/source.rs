@@ -81,6 +81,20 @@ pub enum SourceError {
         /// What is wrong.
         reason: String,
     },
+    /// Two scrapes of the same kind carry the same time (typically copied files with equal
+    /// modification times): the window between them would last 0 s.
+    #[error(
+        "{first} and {second} are both at {at_unix_s:.3} (Unix seconds, from their `@` suffix, name or modification time): a window needs two distinct times; give each file its scrape time as FILE@unix_seconds (e.g. `{first}@{at_unix_s:.0} {second}@{}` for scrapes 30 s apart)",
+        at_unix_s.round() + 30.0
+    )]
+    SameTime {
+        /// The earlier argument.
+        first: String,
+        /// The later argument.
+        second: String,
+        /// Their common time, Unix seconds.
+        at_unix_s: f64,
+    },
     /// No engine scrape among the inputs.
     #[error("no engine scrape among {0}: only dcgm-exporter files were given")]
     NoEngineScrape(String),
@@ -165,12 +179,36 @@ fn read_scrape(path: &Path, at: Option<f64>) -> Result<Scrape, SourceError> {
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0),
     };
-    let bytes = std::fs::read(path).map_err(io)?;
+    let bytes = read_bounded(path, crate::exposition::Limits::default().max_body_bytes).map_err(
+        |reason| SourceError::Io {
+            path: shown.clone(),
+            reason,
+        },
+    )?;
     let body = String::from_utf8(bytes).map_err(|_| SourceError::Io {
         path: shown.clone(),
         reason: "not UTF-8 text".to_owned(),
     })?;
     Ok(Scrape::from_body(shown, body, at, None)?)
+}
+
+/// Reads at most `limit` bytes of `path` (a file, or a device or pipe such as `/dev/zero`): one
+/// byte more than the limit is read to tell "exactly at the limit" from "beyond it", so memory
+/// stays bounded whatever the file is. Errors: the I/O error, or a body beyond `limit`.
+pub fn read_bounded(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    f.take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() > limit {
+        return Err(format!(
+            "larger than {} MiB, the most a metrics body may be; not a /metrics scrape",
+            limit >> 20
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Whether a scrape is dcgm-exporter output (most of its samples are `DCGM_*`/`dcgm_*`).
@@ -182,8 +220,10 @@ pub fn is_dcgm(scrape: &Scrape) -> bool {
 /// Reads `--from` arguments (files, each optionally `@unix_seconds`), in the order given, and
 /// splits them into engine and dcgm scrapes.
 ///
-/// Errors: unreadable file, bad `@` suffix, a file that is not a metrics body (each naming the
-/// file), or no engine scrape at all. Time order is checked when the window is built.
+/// Errors: unreadable file, bad `@` suffix, a file that is not a metrics body or is larger than
+/// [`crate::exposition::Limits::max_body_bytes`] (read bounded, [`read_bounded`]), each naming
+/// the file; no engine scrape at all; two engine (or two dcgm) scrapes at the same time
+/// ([`SourceError::SameTime`]). Time order is checked when the window is built.
 pub fn load_files(args: &[String]) -> Result<Loaded, SourceError> {
     let mut out = Loaded::default();
     for arg in args {
@@ -205,6 +245,17 @@ pub fn load_files(args: &[String]) -> Result<Loaded, SourceError> {
     }
     if out.engine.is_empty() {
         return Err(SourceError::NoEngineScrape(args.join(", ")));
+    }
+    for list in [&out.engine, &out.dcgm] {
+        for pair in list.windows(2) {
+            if pair[0].at_unix_s == pair[1].at_unix_s {
+                return Err(SourceError::SameTime {
+                    first: pair[0].source.clone(),
+                    second: pair[1].source.clone(),
+                    at_unix_s: pair[0].at_unix_s,
+                });
+            }
+        }
     }
     Ok(out)
 }
@@ -315,6 +366,59 @@ mod tests {
         );
         assert_eq!(parse_scrape_file_name("L002-0007-gpu@1.prom"), None);
         assert_eq!(parse_scrape_file_name("notes.txt"), None);
+    }
+
+    #[test]
+    fn reads_are_bounded_whatever_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let exact = dir.path().join("exact.prom");
+        std::fs::write(&exact, vec![b'#'; 64]).unwrap();
+        assert_eq!(read_bounded(&exact, 64).unwrap().len(), 64);
+        let e = read_bounded(&exact, 63).unwrap_err();
+        assert!(e.contains("larger than"), "{e}");
+        // an endless device: stops after limit + 1 bytes instead of reading forever
+        if Path::new("/dev/zero").exists() {
+            let e = read_bounded(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+            assert!(e.contains("larger than 1 MiB"), "{e}");
+            let e = load_files(&["/dev/zero@1".to_owned()])
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("/dev/zero: larger than 32 MiB"), "{e}");
+        }
+    }
+
+    #[test]
+    fn two_scrapes_at_the_same_time_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let body =
+            "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{engine=\"0\"} 1\n";
+        let a = dir.path().join("a.prom");
+        let b = dir.path().join("b.prom");
+        std::fs::write(&a, body).unwrap();
+        std::fs::write(&b, body).unwrap();
+        let (a, b) = (a.display().to_string(), b.display().to_string());
+        // equal explicit times
+        let e = load_files(&[format!("{a}@100"), format!("{b}@100")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("both at 100.000"), "{e}");
+        assert!(e.contains("FILE@unix_seconds"), "{e}");
+        // equal modification times (copied files)
+        let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_767_000_000);
+        for p in [&a, &b] {
+            std::fs::File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+        let e = load_files(&[a.clone(), b.clone()]).unwrap_err().to_string();
+        assert!(e.contains("both at 1767000000.000"), "{e}");
+        assert!(e.contains(&format!("{b}@1767000030")), "{e}");
+        // distinct times are fine
+        let l = load_files(&[format!("{a}@100"), format!("{b}@130")]).unwrap();
+        assert_eq!(l.engine.len(), 2);
     }
 
     #[tokio::test]
