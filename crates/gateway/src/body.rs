@@ -4,20 +4,28 @@
 //! [`MeasuredBody`] hands every upstream frame to the client unchanged (no buffering, no copy)
 //! and timestamps it on arrival, *before* the SSE scan, as the client side does. It owns the
 //! request's admission slot and its measurements, and ends the request exactly once:
-//! * at the end of the upstream body: `stop` / `length` from the last `finish_reason`, or
-//!   `upstream_error` (an error event, `finish_reason` `abort`/`error`, or a stream that ended
-//!   without finishing — then the client gets an SSE error event);
+//! * when the upstream body ends — with the frame that carries its last byte when the length is
+//!   known (`content-length`: hyper stops polling a body once it has written that many bytes
+//!   and drops it, so the end must not wait for a final `None`), else when the upstream says
+//!   there is nothing more: `stop` / `length` from the last `finish_reason`, or `upstream_error`
+//!   (an error event, `finish_reason` `abort`/`error`, or a stream that ended without finishing
+//!   — then the client gets an SSE error event); for a non-2xx answer, the outcome its status
+//!   fixed (see [`crate::proxy::status_outcome`]);
 //! * on an upstream error mid-stream: `upstream_error`, and an SSE error event ends the client's
 //!   stream;
 //! * on the idle or total deadline: `timeout`, the upstream request is dropped (cancelled) and an
 //!   SSE error event ends the stream;
-//! * when hyper drops it before the end (the client disconnected): `client_cancel`; dropping the
-//!   upstream body closes the upstream connection, which is how vLLM learns to abort.
+//! * when hyper drops it before any of these (the client disconnected): `client_cancel`;
+//!   dropping the upstream body closes the upstream connection, which is how vLLM learns to
+//!   abort.
 //!
-//! TTFT and ITL are observed as content chunks arrive; E2E and TPOT only for requests that end
-//! `stop` or `length` (latency objectives are about answers that completed). The idle deadline is
-//! re-armed lazily: a frame only records its time, and the timer, when it fires, moves itself to
-//! the real deadline, so a busy stream costs no timer operation per frame.
+//! TTFT and ITL are observed as content chunks of an SSE stream arrive; a non-streaming answer
+//! has no first chunk of generated text, so it gets neither (nor TPOT, which needs TTFT). E2E
+//! (acceptance → the last byte received from upstream, or `data: [DONE]`) is observed for every
+//! request that ends `stop` or `length`, streaming or not: latency objectives are about answers
+//! that completed. The idle deadline is re-armed lazily: a frame only records its time, and the
+//! timer, when it fires, moves itself to the real deadline, so a busy stream costs no timer
+//! operation per frame.
 
 use crate::admit::Slot;
 use crate::error::error_event;
@@ -154,7 +162,8 @@ impl MeasuredBody {
     pub fn new(upstream: Incoming, m: Measure) -> MeasuredBody {
         let now = Instant::now();
         let first = m.total_deadline.min(now + m.idle);
-        MeasuredBody {
+        let empty = upstream.is_end_stream();
+        let mut body = MeasuredBody {
             upstream: Some(upstream),
             m: m.metrics,
             slot: Some(m.slot),
@@ -176,7 +185,12 @@ impl MeasuredBody {
             timer: Box::pin(tokio::time::sleep_until(first.into())),
             state: State::Streaming,
             finished: false,
+        };
+        if empty {
+            // An empty body (`content-length: 0`) is never polled: it ends with the head.
+            body.upstream_ended(now);
         }
+        body
     }
 
     fn on_data(&mut self, data: &Bytes, now: Instant) {
@@ -311,6 +325,28 @@ impl MeasuredBody {
         }
     }
 
+    /// The upstream body has ended (its last frame was received): decides the outcome, ends the
+    /// request, and queues what the client still gets — an SSE error event for a stream that
+    /// ended without finishing, or nothing ([`State::Done`], so `is_end_stream` is true at once).
+    fn upstream_ended(&mut self, now: Instant) {
+        let o = self.outcome_at_end();
+        self.end(o, now);
+        self.upstream = None;
+        self.state = if self.sse
+            && self.fixed.is_none()
+            && o == GatewayOutcome::UpstreamError
+            && !self.error_event
+            && !matches!(self.finish, Some(Finish::Failed))
+        {
+            State::Tail(Bytes::from(error_event(
+                StatusCode::BAD_GATEWAY,
+                "the upstream ended the stream without a finish_reason",
+            )))
+        } else {
+            State::Done
+        };
+    }
+
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -339,6 +375,12 @@ impl MeasuredBody {
                     if let Some(d) = frame.data_ref() {
                         this.on_data(d, now);
                     }
+                    // A body of known length is complete with its last byte: hyper stops
+                    // polling once it has written Content-Length bytes and drops us, so the
+                    // end is decided here, not when `None` would have come.
+                    if this.upstream.as_ref().is_some_and(Body::is_end_stream) {
+                        this.upstream_ended(now);
+                    }
                     return Poll::Ready(Some(Ok(frame)));
                 }
                 Poll::Ready(Some(Err(e))) => {
@@ -351,24 +393,8 @@ impl MeasuredBody {
                     continue;
                 }
                 Poll::Ready(None) => {
-                    let now = Instant::now();
-                    let o = this.outcome_at_end();
-                    this.end(o, now);
-                    this.upstream = None;
-                    if this.sse
-                        && this.fixed.is_none()
-                        && o == GatewayOutcome::UpstreamError
-                        && !this.error_event
-                        && !matches!(this.finish, Some(Finish::Failed))
-                    {
-                        this.state = State::Tail(Bytes::from(error_event(
-                            StatusCode::BAD_GATEWAY,
-                            "the upstream ended the stream without a finish_reason",
-                        )));
-                        continue;
-                    }
-                    this.state = State::Done;
-                    return Poll::Ready(None);
+                    this.upstream_ended(Instant::now());
+                    continue;
                 }
                 Poll::Pending => {}
             }
@@ -408,8 +434,9 @@ impl MeasuredBody {
 
 impl Drop for MeasuredBody {
     fn drop(&mut self) {
-        // Dropped before the end: the client went away (hyper drops the body of a response it
-        // can no longer write). The upstream body is dropped with us, cancelling the request.
+        // Dropped before the end (an ended body is already `finished`): the client went away
+        // (hyper drops the body of a response it can no longer write). The upstream body is
+        // dropped with us, cancelling the request.
         self.end(GatewayOutcome::ClientCancel, Instant::now());
     }
 }

@@ -99,10 +99,10 @@ pub struct ConcurrencyFile {
     #[serde(default)]
     pub queue: u32,
     /// Longest wait in the queue, e.g. `1s` (default 1 s).
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_queue_timeout")]
     pub queue_timeout: Option<Duration>,
     /// `Retry-After` sent with a rejection, rounded up to whole seconds (default 1 s).
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_retry_after")]
     pub retry_after: Option<Duration>,
 }
 
@@ -142,22 +142,22 @@ pub struct ClassFile {
 #[serde(deny_unknown_fields)]
 pub struct TimeoutsFile {
     /// A client must send the whole request head within this (slowloris guard).
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_header_read")]
     pub header_read: Option<Duration>,
     /// A client must send the whole request body within this.
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_body_read")]
     pub body_read: Option<Duration>,
     /// TCP connect to an upstream.
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_connect")]
     pub connect: Option<Duration>,
     /// From forwarding to the upstream's response head.
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_first_byte")]
     pub first_byte: Option<Duration>,
     /// Longest silence between two body frames of an upstream response.
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_idle")]
     pub idle: Option<Duration>,
     /// Longest whole request, from acceptance to the end of the response.
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_total")]
     pub total: Option<Duration>,
 }
 
@@ -656,14 +656,54 @@ fn check_label(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+/// Longest duration any gateway setting accepts (every timeout, `queue_timeout`, `retry_after`):
+/// 24 h. A longer one is a typo, not a policy, and would overflow the deadline arithmetic.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// A duration as written (see [`parse_duration_s`]), at most [`MAX_DURATION`].
+fn duration_within_cap(s: &str) -> Result<Duration, String> {
+    let secs = parse_duration_s(s)?;
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if d <= MAX_DURATION => Ok(d),
+        _ => Err(format!(
+            "`{}`: expected at most 24h (the longest duration the gateway accepts)",
+            s.trim()
+        )),
+    }
+}
+
+/// An optional duration field named `field` in errors (the YAML error adds file, line, column).
+fn de_opt_duration<'de, D: Deserializer<'de>>(
+    d: D,
+    field: &str,
+) -> Result<Option<Duration>, D::Error> {
     let s: Option<String> = Option::deserialize(d)?;
     match s {
         None => Ok(None),
-        Some(s) => parse_duration_s(&s)
-            .map(|v| Some(Duration::from_secs_f64(v)))
-            .map_err(serde::de::Error::custom),
+        Some(s) => duration_within_cap(&s)
+            .map(Some)
+            .map_err(|e| serde::de::Error::custom(format!("{field}: {e}"))),
     }
+}
+
+/// One `deserialize_with` function per duration field, so each error names its field.
+macro_rules! named_durations {
+    ($($f:ident => $field:literal),* $(,)?) => {$(
+        fn $f<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            de_opt_duration(d, $field)
+        }
+    )*};
+}
+
+named_durations! {
+    de_queue_timeout => "concurrency.queue_timeout",
+    de_retry_after => "concurrency.retry_after",
+    de_header_read => "timeouts.header_read",
+    de_body_read => "timeouts.body_read",
+    de_connect => "timeouts.connect",
+    de_first_byte => "timeouts.first_byte",
+    de_idle => "timeouts.idle",
+    de_total => "timeouts.total",
 }
 
 #[cfg(test)]
@@ -768,6 +808,47 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn durations_are_capped_at_a_day_with_an_error_naming_the_line_and_field() {
+        // 10^23 hours overflows `Duration` itself; 25 h and 86 401 s are just over the cap.
+        for (yaml, value) in [
+            (
+                "timeouts: {total: 99999999999999999999999h}",
+                "99999999999999999999999h",
+            ),
+            ("timeouts:\n  idle: 25h", "25h"),
+            ("timeouts: {first_byte: 86401s}", "86401s"),
+            (
+                "classes: [{name: x, concurrency: {limit: 1, retry_after: 48h}}]",
+                "48h",
+            ),
+        ] {
+            let text = format!("upstreams: [http://a:1]\n{yaml}\n");
+            let e = resolve(&text).unwrap_err().to_string();
+            assert!(e.contains("gateway.yaml"), "{yaml}: {e}");
+            assert!(
+                e.contains(value) && e.contains("at most 24h"),
+                "{yaml}: {e}"
+            );
+        }
+        // The field and the line are named.
+        let e = resolve("upstreams: [http://a:1]\ntimeouts:\n  idle: 25h\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gateway.yaml:3:") && e.contains("timeouts.idle: `25h`"),
+            "{e}"
+        );
+        // Exactly 24 h is accepted, in any unit.
+        for v in ["24h", "1440m", "86400s"] {
+            let c = resolve(&format!(
+                "upstreams: [http://a:1]\ntimeouts: {{total: {v}}}\n"
+            ))
+            .unwrap();
+            assert_eq!(c.timeouts.total, Duration::from_secs(86_400), "{v}");
+        }
     }
 
     #[test]

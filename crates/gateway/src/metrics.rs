@@ -2,16 +2,24 @@
 //!
 //! | series | type | labels | meaning |
 //! |---|---|---|---|
-//! | `headroom_gateway_ttft_seconds` | histogram | class, tenant | acceptance → first chunk carrying generated text |
-//! | `headroom_gateway_itl_seconds` | histogram | class, tenant | each gap between content chunks |
-//! | `headroom_gateway_tpot_seconds` | histogram | class, tenant | (E2E − TTFT) / (output tokens − 1), per request with `usage` |
-//! | `headroom_gateway_e2e_seconds` | histogram | class, tenant | acceptance → end of the response |
+//! | `headroom_gateway_ttft_seconds` | histogram | class, tenant | acceptance → first chunk carrying generated text (streams only) |
+//! | `headroom_gateway_itl_seconds` | histogram | class, tenant | each gap between content chunks (streams only) |
+//! | `headroom_gateway_tpot_seconds` | histogram | class, tenant | (E2E − TTFT) / (output tokens − 1), per stream with `usage` |
+//! | `headroom_gateway_e2e_seconds` | histogram | class, tenant | acceptance → end of the response, per request ending `stop` or `length`, streaming or not |
 //! | `headroom_gateway_queue_seconds` | histogram | class, tenant | time waiting for an admission slot in the gateway |
 //! | `headroom_gateway_overhead_seconds` | histogram | class, tenant | time the gateway itself adds before the first byte (see [`ClassMetrics::overhead`]) |
 //! | `headroom_gateway_requests_total` | counter | class, tenant, outcome | finished requests by [`GatewayOutcome`] |
 //! | `headroom_gateway_in_flight` | gauge | class | requests holding an admission slot |
 //! | `headroom_gateway_queued` | gauge | class | requests waiting for one |
 //! | `headroom_gateway_invalid_requests_total` | counter | reason | requests refused before classification |
+//!
+//! Outcomes, and which count against an error objective: `stop` and `length` are answers;
+//! `upstream_error` and `timeout` are failures of the serving path (the error budget's bad
+//! events); `client_cancel` (the client left first), `rejected` (the gateway's own admission
+//! control, visible on its own) and `invalid_request` (the upstream refused the client's request
+//! as invalid: 400, 404 unknown model, 413, 422, …) are not the server's failures, so an error
+//! ratio over `upstream_error + timeout` is not burned by clients' bad requests. Which upstream
+//! statuses are which: [`crate::proxy::status_outcome`].
 //!
 //! The signals are [`headroom_core::signal`]'s definitions with the gateway's acceptance (the
 //! moment the request head was read) as the start. Names and the `class` label are those
@@ -42,16 +50,21 @@ pub enum GatewayOutcome {
     Stop,
     /// `finish_reason: length`.
     Length,
-    /// The client went away before the response ended; the upstream request was cancelled.
+    /// The client went away before the response ended (while queued for admission, while the
+    /// upstream was generating, or mid-body); the upstream request was cancelled.
     ClientCancel,
-    /// The upstream could not be reached, answered 5xx or 429, broke mid-stream, sent an error
-    /// event, or the engine aborted the request.
+    /// The upstream could not be reached, answered 5xx, 429, 408 or an unexpected 1xx/3xx (or
+    /// 401/403 to the gateway's own `upstream_api_key`), broke mid-stream, sent an error event,
+    /// or the engine aborted the request. A failure of the serving path.
     UpstreamError,
     /// A gateway timeout (first byte, idle or total) ended the request.
     Timeout,
     /// Admission refused the request (queue full or queue timeout).
     Rejected,
-    /// The upstream refused the request as invalid (4xx other than 429).
+    /// The upstream refused the client's request as invalid: a 4xx other than 408 and 429 (and
+    /// other than 401/403 when the gateway sets the upstream key), e.g. 400 bad parameters, 404
+    /// unknown model, 413, 422. The client's fault, not an upstream error: kept out of
+    /// `upstream_error` so clients' bad requests do not burn the error budget.
     InvalidRequest,
 }
 

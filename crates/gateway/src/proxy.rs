@@ -13,6 +13,10 @@
 //! path, 408 body too slow, 413 body too large, 429 queue full, 503 queue timeout, 502 upstream
 //! unreachable, 504 no response head within `first_byte`. Every response carries `x-request-id`
 //! and `traceparent` (see [`crate::ids`]). Prompts and completions are never logged.
+//!
+//! Every classified request is counted in exactly one `outcome`: by the handler for refusals and
+//! failures before an upstream head, by a guard if the client hangs up before that head
+//! (`client_cancel`), and from the head on by the measured body ([`crate::body`]).
 
 use crate::admit::{Limiter, Refusal, Slot};
 use crate::body::{Measure, MeasuredBody, ProxyBody};
@@ -20,7 +24,7 @@ use crate::classify::{RequestFacts, classify, tenant_of};
 use crate::config::{GatewayConfig, Route, Upstream, is_hop_by_hop};
 use crate::error::error_json;
 use crate::ids;
-use crate::metrics::{CONTENT_TYPE, GatewayOutcome, InvalidReason, Metrics};
+use crate::metrics::{CONTENT_TYPE, ClassMetrics, GatewayOutcome, InvalidReason, Metrics};
 use bytes::{Bytes, BytesMut};
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE as CT, HeaderValue, RETRY_AFTER};
 use http::{HeaderName, Method, Request, Response, StatusCode, Uri};
@@ -200,6 +204,7 @@ impl Gateway {
         );
         let class = classify(&self.cfg, route, &facts, tenant);
         let m = self.metrics.class(class, tenant);
+        let mut gone = CancelGuard(Some(m.clone()));
         let (slot, waited) = match &self.limiters[class] {
             None => {
                 m.queue.observe(0.0);
@@ -211,6 +216,7 @@ impl Gateway {
                     (slot, waited)
                 }
                 Err(r) => {
+                    gone.disarm();
                     m.outcome(GatewayOutcome::Rejected);
                     return refusal(r, &self.cfg.classes[class].name);
                 }
@@ -222,19 +228,15 @@ impl Gateway {
         let resp = match self.forward(pool, &parts, body, corr).await {
             Ok(r) => r,
             Err((o, r)) => {
+                gone.disarm();
                 m.outcome(o);
                 return r;
             }
         };
+        // From here the measured body owns the outcome.
+        gone.disarm();
         let head_at = Instant::now();
-        let status = resp.status();
-        let fixed = if status.is_success() {
-            None
-        } else if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-            Some(GatewayOutcome::UpstreamError)
-        } else {
-            Some(GatewayOutcome::InvalidRequest)
-        };
+        let fixed = status_outcome(resp.status(), self.upstream_auth.is_some());
         let (mut rparts, rbody) = resp.into_parts();
         let sse = rparts
             .headers
@@ -429,6 +431,56 @@ impl Gateway {
             Err((_, r)) => r,
         }
     }
+}
+
+/// Counts `client_cancel` for a classified request whose handler is dropped before the upstream
+/// answered with a head: hyper watches the connection for EOF while a request is in flight and
+/// drops the handler's future when the client hangs up, so a client that leaves its admission
+/// queue, or a non-streaming client that leaves while the engine generates, ends here (dropping
+/// the pending upstream request, which closes its connection: vLLM aborts the request).
+struct CancelGuard(Option<Arc<ClassMetrics>>);
+
+impl CancelGuard {
+    /// The request's outcome is counted elsewhere from now on.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if let Some(m) = self.0.take() {
+            m.outcome(GatewayOutcome::ClientCancel);
+        }
+    }
+}
+
+/// The outcome an upstream response status fixes, or `None` for 2xx (the body decides).
+///
+/// The split keeps the error budget for failures of the serving path, not of clients' requests:
+/// * `upstream_error`: 5xx, 429 (the engine is overloaded), 408 (the gateway had already sent the
+///   whole body, so the upstream timed out on its own side), any 1xx/3xx (an OpenAI-compatible
+///   completion endpoint never answers so), and 401/403 when the gateway itself sets the
+///   upstream `Authorization` (`upstream_api_key`: the operator's key was refused, not the
+///   client's);
+/// * `invalid_request`: every other 4xx (400 bad parameters, 404 unknown model, 413, 422, and
+///   401/403 for a key the client sent): the client's own request was refused.
+pub fn status_outcome(status: StatusCode, gateway_sets_auth: bool) -> Option<GatewayOutcome> {
+    if status.is_success() {
+        return None;
+    }
+    let client_fault = status.is_client_error()
+        && !matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::REQUEST_TIMEOUT
+        )
+        && !(gateway_sets_auth
+            && matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN));
+    Some(if client_fault {
+        GatewayOutcome::InvalidRequest
+    } else {
+        GatewayOutcome::UpstreamError
+    })
 }
 
 #[derive(Debug)]
@@ -629,6 +681,37 @@ mod tests {
             );
         }
         assert!(!authorized(None, "sk-1"));
+    }
+
+    #[test]
+    fn upstream_statuses_split_server_faults_from_client_faults() {
+        use GatewayOutcome::{InvalidRequest as Inv, UpstreamError as Up};
+        // (status, outcome without upstream_api_key, outcome with it), from the doc's table.
+        let cases = [
+            (200, None, None),
+            (204, None, None),
+            (500, Some(Up), Some(Up)),
+            (502, Some(Up), Some(Up)),
+            (503, Some(Up), Some(Up)),
+            (429, Some(Up), Some(Up)),
+            (408, Some(Up), Some(Up)),
+            (302, Some(Up), Some(Up)),
+            (400, Some(Inv), Some(Inv)),
+            (404, Some(Inv), Some(Inv)),
+            (413, Some(Inv), Some(Inv)),
+            (422, Some(Inv), Some(Inv)),
+            (401, Some(Inv), Some(Up)),
+            (403, Some(Inv), Some(Up)),
+        ];
+        for (code, plain, keyed) in cases {
+            let s = StatusCode::from_u16(code).unwrap();
+            assert_eq!(status_outcome(s, false), plain, "{code}");
+            assert_eq!(
+                status_outcome(s, true),
+                keyed,
+                "{code} with upstream_api_key"
+            );
+        }
     }
 
     #[test]
