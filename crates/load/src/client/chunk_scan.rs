@@ -88,17 +88,20 @@ struct Cursor<'a> {
 const MAX_DEPTH: u32 = 64;
 
 impl<'a> Cursor<'a> {
+    #[inline(always)]
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
     /// JSON whitespace, as serde_json accepts it.
+    #[inline(always)]
     fn ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
             self.i += 1;
         }
     }
 
+    #[inline(always)]
     fn literal(&mut self, lit: &[u8]) -> Option<()> {
         let end = self.i + lit.len();
         (self.b.get(self.i..end)? == lit).then(|| self.i = end)
@@ -106,6 +109,7 @@ impl<'a> Cursor<'a> {
 
     /// A string at `"`: its raw content and whether it had an escape. Declines `\u` escapes,
     /// unknown escapes and control characters.
+    #[inline(always)]
     fn string(&mut self) -> Option<(&'a [u8], bool)> {
         self.i += 1;
         let start = self.i;
@@ -139,6 +143,7 @@ impl<'a> Cursor<'a> {
     /// Advances over string bytes that need no attention (printable ASCII other than `"` and
     /// `\`), eight at a time: stops at the first byte that is `"`, `\`, below 0x20 or above
     /// 0x7F, or where fewer than eight bytes are left.
+    #[inline(always)]
     fn skip_plain(&mut self) {
         const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
         const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
@@ -159,6 +164,7 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    #[inline(always)]
     fn digits(&mut self) -> usize {
         let start = self.i;
         while let Some(b'0'..=b'9') = self.peek() {
@@ -310,6 +316,7 @@ impl<'a> Cursor<'a> {
 
     /// A string-or-null field read as "present and non-empty" (every escape is at least one
     /// character, so the raw content is empty exactly when the decoded one is).
+    #[inline(always)]
     fn non_empty(&mut self) -> Option<bool> {
         match self.peek()? {
             b'"' => self.string().map(|(s, _)| !s.is_empty()),
