@@ -10,6 +10,7 @@
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use headroom_core::Verdict;
+use headroom_core::run::redact_url;
 use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, SloSpec, parse_duration_s};
 use headroom_report::diagnosis::{self, Diagnosis, DiagnosisSource};
 use headroom_signals::adapter::{Instance, instances};
@@ -199,10 +200,11 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
             bail!("--interval {:?}: must be above zero", a.interval);
         }
         eprintln!(
-            "headroom diagnose: polling {url}{} every {} for {} …",
+            "headroom diagnose: polling {}{} every {} for {} …",
+            redact_url(url),
             a.dcgm
                 .as_deref()
-                .map(|d| format!(" and {d}"))
+                .map(|d| format!(" and {}", redact_url(d)))
                 .unwrap_or_default(),
             a.interval,
             a.duration
@@ -212,8 +214,8 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
             eprintln!("warning: a scrape failed and was left out: {f}");
         }
         let location = match &a.dcgm {
-            Some(d) => format!("{url} + {d}"),
-            None => url.clone(),
+            Some(d) => format!("{} + {}", redact_url(url), redact_url(d)),
+            None => redact_url(url),
         };
         return Ok(vec![Read {
             window: window_of(&p.engine, &p.dcgm, sel)?,
@@ -237,7 +239,7 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
         return Ok(vec![Read {
             window,
             kind: "prometheus",
-            location: format!("{base} [{}]", a.range),
+            location: format!("{} [{}]", client.shown(), a.range),
             level: None,
         }]);
     }

@@ -79,6 +79,7 @@ pub enum PromError {
 }
 
 /// Parses a Prometheus-style duration (`30m`, `1h30m`, `90s`, `2d`, `500ms`) into seconds.
+/// Errors: not a duration, zero, or beyond [`MAX_RANGE_S`] (90 days).
 pub fn parse_range(s: &str) -> Result<f64, PromError> {
     let bad = || {
         PromError::Input(format!(
@@ -115,8 +116,17 @@ pub fn parse_range(s: &str) -> Result<f64, PromError> {
     if !num.is_empty() || !any || total <= 0.0 {
         return Err(bad());
     }
+    if !total.is_finite() || total > MAX_RANGE_S {
+        return Err(PromError::Input(format!(
+            "range `{s}`: longer than {} days, the longest range read from Prometheus (a window that long averages away every load pattern, and most servers keep less)",
+            MAX_RANGE_S / 86_400.0
+        )));
+    }
     Ok(total)
 }
+
+/// The longest range [`parse_range`] accepts: 90 days, in seconds.
+pub const MAX_RANGE_S: f64 = 90.0 * 86_400.0;
 
 /// A PromQL string literal for a label value.
 pub fn promql_string(v: &str) -> String {
@@ -175,48 +185,131 @@ pub struct VectorSample {
 }
 
 /// A thin Prometheus HTTP API client.
+///
+/// The base URL may carry a path prefix (`http://host/prometheus`, behind a reverse proxy),
+/// `user:password@` (sent as HTTP Basic authentication) and a query string (`?token=…`, sent
+/// with every call as extra URL parameters); the API path is joined to the path, never to the
+/// query. Every message names the URL without credentials or query
+/// ([`headroom_core::run::redact_url`]).
 #[derive(Clone)]
 pub struct PromClient {
+    /// `http://host:port` + path prefix without trailing `/`.
     base: String,
+    /// The base without userinfo or query, for messages.
+    shown: String,
+    /// The base URL's query string (without `?`), added to every call.
+    extra_query: Option<String>,
+    /// `Authorization` header value from the base URL's userinfo.
+    authorization: Option<String>,
     client: Client<HttpConnector, Full<Bytes>>,
     timeout: Duration,
 }
 
+impl std::fmt::Debug for PromClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // never the credentials or the query
+        f.debug_struct("PromClient")
+            .field("base", &self.shown)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
 impl PromClient {
-    /// A client for `base` (e.g. `http://127.0.0.1:9090`; a trailing `/` is ignored).
+    /// A client for `base` (e.g. `http://127.0.0.1:9090`, `http://u:p@proxy/prometheus?token=t`;
+    /// a trailing `/` is ignored).
+    ///
+    /// # Errors
+    /// [`PromError::Input`] (the URL shown without credentials) for anything but `http://`, a
+    /// missing host, a `#fragment`, or a base that already names an `/api/v1/…` path.
     pub fn new(base: &str, timeout: Duration) -> Result<PromClient, PromError> {
-        let base = base.trim_end_matches('/').to_owned();
-        if !base.starts_with("http://") {
-            return Err(PromError::Input(format!(
-                "{base}: expected http://host:port (https is not supported; use a port-forward)"
-            )));
+        use base64::Engine as _;
+        let shown = headroom_core::run::redact_url(base.trim_end_matches('/'));
+        let input = |why: &str| PromError::Input(format!("--prometheus {shown}: {why}"));
+        let Some(rest) = base.trim().strip_prefix("http://") else {
+            return Err(input(
+                "expected http://host:port (https is not supported; use a port-forward)",
+            ));
+        };
+        if rest.contains('#') {
+            return Err(input(
+                "a URL fragment (`#…`) has no meaning here; remove it",
+            ));
         }
+        let (hostpath, query) = match rest.split_once('?') {
+            Some((h, q)) => (h, Some(q.trim_end_matches('&')).filter(|q| !q.is_empty())),
+            None => (rest, None),
+        };
+        let (authority, path) = match hostpath.find('/') {
+            Some(i) => hostpath.split_at(i),
+            None => (hostpath, ""),
+        };
+        let (userinfo, host) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        if host.is_empty() {
+            return Err(input("no host; expected http://host:port"));
+        }
+        let path = path.trim_end_matches('/');
+        if path.contains("/api/v1") {
+            return Err(input(
+                "give the server's base URL (e.g. http://127.0.0.1:9090), not an /api/v1 path",
+            ));
+        }
+        let authorization = userinfo.map(|u| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(u.as_bytes())
+            )
+        });
+        let base = format!("http://{host}{path}");
+        let _: hyper::Uri = format!("{base}/api/v1/query")
+            .parse()
+            .map_err(|e| input(&format!("not a valid URL ({e})")))?;
         let mut c = HttpConnector::new();
         c.set_connect_timeout(Some(timeout));
         Ok(PromClient {
+            shown: format!("http://{host}{path}"),
             base,
+            extra_query: query.map(str::to_owned),
+            authorization,
             client: Client::builder(TokioExecutor::new()).build(c),
             timeout,
         })
     }
 
+    /// The base URL as shown in messages: no credentials, no query.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// `path` is `/api/v1/…` with an optional query of its own (no secrets in it).
     async fn call(&self, path: &str, form: Option<String>) -> Result<serde_json::Value, PromError> {
-        let url = format!("{}{}", self.base, path);
+        let url = match (&self.extra_query, path.contains('?')) {
+            (Some(q), true) => format!("{}{path}&{q}", self.base),
+            (Some(q), false) => format!("{}{path}?{q}", self.base),
+            (None, _) => format!("{}{path}", self.base),
+        };
+        let shown = format!("{}{path}", self.shown);
         let http = |reason: String| PromError::Http {
-            url: url.clone(),
+            url: shown.clone(),
             reason,
         };
         let uri: hyper::Uri = url.parse().map_err(|e| http(format!("bad URL: {e}")))?;
-        let req = match &form {
-            Some(body) => hyper::Request::post(uri)
-                .header(
-                    hyper::header::CONTENT_TYPE,
-                    "application/x-www-form-urlencoded",
-                )
-                .body(Full::new(Bytes::from(body.clone()))),
-            None => hyper::Request::get(uri).body(Full::new(Bytes::new())),
+        let mut req = match &form {
+            Some(_) => hyper::Request::post(uri).header(
+                hyper::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            ),
+            None => hyper::Request::get(uri),
+        };
+        if let Some(a) = &self.authorization {
+            req = req.header(hyper::header::AUTHORIZATION, a);
         }
-        .map_err(|e| http(e.to_string()))?;
+        let req = req
+            .body(Full::new(Bytes::from(form.clone().unwrap_or_default())))
+            .map_err(|e| http(e.to_string()))?;
         let fut = async {
             let resp = self
                 .client
@@ -224,34 +317,44 @@ impl PromClient {
                 .await
                 .map_err(|e| http(format!("unreachable: {e}")))?;
             let status = resp.status();
+            let content_type = resp
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("no content type")
+                .to_owned();
             let body = Limited::new(resp.into_body(), 64 << 20)
                 .collect()
                 .await
                 .map_err(|e| http(format!("reading the body: {e}")))?
                 .to_bytes();
-            Ok::<_, PromError>((status, body))
+            Ok::<_, PromError>((status, content_type, body))
         };
-        let (status, body) = tokio::time::timeout(self.timeout, fut)
+        let (status, content_type, body) = tokio::time::timeout(self.timeout, fut)
             .await
             .map_err(|_| http(format!("no answer within {:?}", self.timeout)))??;
-        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|_| {
+        let not_prometheus = |what: &str| {
             http(format!(
-                "HTTP {status}, not a Prometheus API answer: {:?}",
+                "HTTP {status} ({content_type}) with {what}: this does not look like a Prometheus HTTP API; is --prometheus the server's base URL (e.g. http://127.0.0.1:9090)? The answer began: {:?}",
                 String::from_utf8_lossy(&body[..body.len().min(200)])
             ))
-        })?;
-        if v.get("status").and_then(|s| s.as_str()) != Some("success") {
-            return Err(PromError::Query {
-                url,
-                query: form.unwrap_or_default(),
-                error: v
-                    .get("error")
-                    .and_then(|e| e.as_str())
-                    .unwrap_or("unknown error")
-                    .to_owned(),
-            });
+        };
+        let v: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|_| not_prometheus("a body that is not JSON"))?;
+        match v.get("status").and_then(|s| s.as_str()) {
+            Some("success") => Ok(v),
+            Some("error") => Err(PromError::Query {
+                url: shown,
+                query: form.unwrap_or_else(|| path.to_owned()),
+                error: format!(
+                    "{} (HTTP {status})",
+                    v.get("error")
+                        .and_then(|e| e.as_str())
+                        .unwrap_or("no error text given")
+                ),
+            }),
+            _ => Err(not_prometheus("JSON that has no Prometheus `status` field")),
         }
-        Ok(v)
     }
 
     /// Metric names with data between `start` and `end` (Unix seconds).
@@ -319,6 +422,11 @@ pub async fn window_from_prometheus(
     engine: Option<Engine>,
 ) -> Result<Window, PromError> {
     let start = end_unix_s - range_s;
+    if !(start.is_finite() && start >= 0.0 && range_s > 0.0) {
+        return Err(PromError::Input(format!(
+            "the range of {range_s} s before {end_unix_s} starts before 1970 (Unix time {start}); shorten the range or move its end"
+        )));
+    }
     let names = client.metric_names(start, end_unix_s).await?;
     let engines = [Engine::Vllm, Engine::Sglang, Engine::Tgi, Engine::LlamaCpp];
     let engine = engine.unwrap_or_else(|| {
@@ -362,7 +470,7 @@ pub async fn window_from_prometheus(
         counter_resets: Vec::new(),
         notes: vec![format!(
             "from Prometheus {}: PromQL increase() over [{r}] extrapolates to the range edges; counts may be fractional",
-            client.base
+            client.shown
         )],
         rejected: BTreeMap::new(),
         data_warnings: Vec::new(),
@@ -552,7 +660,7 @@ pub async fn window_from_prometheus(
     }
     if w.sources.is_empty() && w.rejected.is_empty() {
         return Err(PromError::NoData {
-            url: client.base.clone(),
+            url: client.shown.clone(),
             range_s,
             end_unix_s,
             looked_for: engines
@@ -686,6 +794,186 @@ async fn gpus_from_prometheus(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A one-connection-per-answer loopback server: answers each request with `answer` (status
+    /// line, content type, body) and hands back the raw request heads it received.
+    async fn fake(
+        answer: (&'static str, &'static str, &'static str),
+        requests: usize,
+    ) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let h = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for _ in 0..requests {
+                let Ok(Ok((mut sock, _))) =
+                    tokio::time::timeout(Duration::from_secs(5), listener.accept()).await
+                else {
+                    break;
+                };
+                let mut buf = vec![0u8; 8192];
+                let n = sock.read(&mut buf).await.unwrap_or(0);
+                seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                let (status, ct, body) = answer;
+                let resp = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+            }
+            seen
+        });
+        (format!("127.0.0.1:{}", addr.port()), h)
+    }
+
+    #[tokio::test]
+    async fn base_url_path_query_and_credentials() {
+        let ok = (
+            "200 OK",
+            "application/json",
+            r#"{"status":"success","data":["vllm:num_requests_running"]}"#,
+        );
+        let (addr, h) = fake(ok, 2).await;
+        let c = PromClient::new(
+            &format!("http://u:PWSECRET@{addr}/prom/?token=QSECRET"),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(c.shown(), format!("http://{addr}/prom"));
+        assert!(!format!("{c:?}").contains("SECRET"));
+        let names = c.metric_names(100.0, 200.0).await.unwrap();
+        assert!(names.contains("vllm:num_requests_running"));
+        let _ = c.query("up", 200.0).await;
+        let seen = h.await.unwrap();
+        // the API path joins the base path; the base query rides along as URL parameters
+        assert!(
+            seen[0].starts_with(
+                "GET /prom/api/v1/label/__name__/values?start=100.000&end=200.000&token=QSECRET HTTP/1.1"
+            ),
+            "{}",
+            seen[0]
+        );
+        assert!(
+            seen[1].starts_with("POST /prom/api/v1/query?token=QSECRET HTTP/1.1"),
+            "{}",
+            seen[1]
+        );
+        // user:password as HTTP Basic: base64("u:PWSECRET") = dTpQV1NFQ1JFVA==
+        for r in &seen {
+            assert!(
+                r.to_ascii_lowercase().contains(
+                    "authorization: basic dTpQV1NFQ1JFVA=="
+                        .to_ascii_lowercase()
+                        .as_str()
+                ),
+                "{r}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn errors_never_show_credentials_and_say_what_came_back() {
+        // not Prometheus: an HTML page, then JSON of another API
+        for (answer, needle) in [
+            (
+                ("200 OK", "text/html", "<html><body>hello</body></html>"),
+                "HTTP 200 OK (text/html) with a body that is not JSON: this does not look like a Prometheus HTTP API",
+            ),
+            (
+                (
+                    "404 Not Found",
+                    "application/json",
+                    r#"{"detail":"Not Found"}"#,
+                ),
+                "HTTP 404 Not Found (application/json) with JSON that has no Prometheus `status` field",
+            ),
+        ] {
+            let (addr, h) = fake(answer, 1).await;
+            let c = PromClient::new(
+                &format!("http://u:PWSECRET@{addr}/?token=QSECRET"),
+                Duration::from_secs(5),
+            )
+            .unwrap();
+            let e = c.metric_names(100.0, 200.0).await.unwrap_err().to_string();
+            h.await.unwrap();
+            assert!(e.contains(needle), "{e}");
+            assert!(
+                e.starts_with(&format!("http://{addr}/api/v1/label/")),
+                "{e}"
+            );
+            assert!(!e.contains("SECRET") && !e.contains("u:"), "{e}");
+            assert!(!e.contains("rejected ``"), "{e}");
+        }
+        // Prometheus' own error: named with its text and status
+        let (addr, h) = fake(
+            (
+                "400 Bad Request",
+                "application/json",
+                r#"{"status":"error","errorType":"bad_data","error":"parse error"}"#,
+            ),
+            1,
+        )
+        .await;
+        let c = PromClient::new(
+            &format!("http://u:PWSECRET@{addr}?token=QSECRET"),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let e = c.query("up", 1.0).await.unwrap_err().to_string();
+        h.await.unwrap();
+        assert!(
+            e.contains("rejected `up`: parse error (HTTP 400 Bad Request)"),
+            "{e}"
+        );
+        assert!(!e.contains("SECRET"), "{e}");
+        // unreachable: still redacted (port 9 is discard, nothing listens on loopback)
+        let c = PromClient::new(
+            "http://u:PWSECRET@127.0.0.1:9/?token=QSECRET",
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        let e = c.metric_names(1.0, 2.0).await.unwrap_err().to_string();
+        assert!(!e.contains("SECRET"), "{e}");
+        // bad base URLs are named without their credentials
+        for (base, needle) in [
+            (
+                "https://u:PWSECRET@h:9090?token=QSECRET",
+                "https is not supported",
+            ),
+            ("http://u:PWSECRET@h:9090/#x", "fragment"),
+            ("http://u:PWSECRET@/?token=QSECRET", "no host"),
+            (
+                "http://h:9090/api/v1/query?token=QSECRET",
+                "not an /api/v1 path",
+            ),
+        ] {
+            let e = PromClient::new(base, Duration::from_secs(1))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{base}: {e}");
+            assert!(!e.contains("SECRET"), "{e}");
+        }
+    }
+
+    #[test]
+    fn ranges_are_bounded() {
+        assert_eq!(parse_range("90d").unwrap(), MAX_RANGE_S);
+        for r in ["91d", "99999999999999999999h", "13w"] {
+            let e = parse_range(r).unwrap_err().to_string();
+            assert!(e.contains("longer than 90 days"), "{r}: {e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_range_starting_before_1970_is_refused_before_any_request() {
+        let c = PromClient::new("http://127.0.0.1:9", Duration::from_secs(1)).unwrap();
+        let e = window_from_prometheus(&c, 3600.0, 100.0, &Selection::default(), None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("starts before 1970"), "{e}");
+    }
 
     #[test]
     fn ranges() {

@@ -214,21 +214,23 @@ impl Scraper {
     ///
     /// Errors: see [`ScrapeError`]; each names the URL.
     pub async fn scrape(&self, url: &str) -> Result<Scrape, ScrapeError> {
+        // messages name the URL without `user:password@` or a query (tokens)
+        let shown = headroom_core::run::redact_url(url);
         let uri: hyper::Uri = url.parse().map_err(|e| ScrapeError::InvalidUrl {
-            url: url.to_owned(),
+            url: shown.clone(),
             reason: format!("{e}"),
         })?;
         match uri.scheme_str() {
             Some("http") => {}
             Some("https") => {
                 return Err(ScrapeError::InvalidUrl {
-                    url: url.to_owned(),
+                    url: shown.clone(),
                     reason: "https is not supported; scrape over plain http (e.g. through a port-forward)".to_owned(),
                 });
             }
             _ => {
                 return Err(ScrapeError::InvalidUrl {
-                    url: url.to_owned(),
+                    url: shown.clone(),
                     reason: "expected http://host:port/path".to_owned(),
                 });
             }
@@ -241,7 +243,7 @@ impl Scraper {
             .header(hyper::header::USER_AGENT, "headroom")
             .body(Empty::<Bytes>::new())
             .map_err(|e| ScrapeError::InvalidUrl {
-                url: url.to_owned(),
+                url: shown.clone(),
                 reason: e.to_string(),
             })?;
         let at_unix_s = unix_now_s();
@@ -252,7 +254,7 @@ impl Scraper {
                 .request(req)
                 .await
                 .map_err(|e| ScrapeError::Unreachable {
-                    url: url.to_owned(),
+                    url: shown.clone(),
                     reason: error_chain(&e),
                 })?;
             let status = resp.status();
@@ -269,12 +271,12 @@ impl Scraper {
                         .is_some()
                     {
                         ScrapeError::TooLarge {
-                            url: url.to_owned(),
+                            url: shown.clone(),
                             limit: self.max_body_bytes,
                         }
                     } else {
                         ScrapeError::Unreachable {
-                            url: url.to_owned(),
+                            url: shown.clone(),
                             reason: format!("reading the body: {e}"),
                         }
                     }
@@ -285,28 +287,27 @@ impl Scraper {
         let (status, content_type, body) = tokio::time::timeout(self.timeout, fetch)
             .await
             .map_err(|_| ScrapeError::Timeout {
-                url: url.to_owned(),
+                url: shown.clone(),
                 after: self.timeout,
             })??;
-        let text = String::from_utf8(body.to_vec()).map_err(|_| ScrapeError::NotUtf8 {
-            url: url.to_owned(),
-        })?;
+        let text = String::from_utf8(body.to_vec())
+            .map_err(|_| ScrapeError::NotUtf8 { url: shown.clone() })?;
         if status != hyper::StatusCode::OK {
             return Err(ScrapeError::Status {
-                url: url.to_owned(),
+                url: shown.clone(),
                 status: status.as_u16(),
                 body_start: excerpt(&text),
             });
         }
-        check_body(url, content_type.as_deref(), &text)?;
+        check_body(&shown, content_type.as_deref(), &text)?;
         let exposition = parse_with(&text, Format::Auto, &Limits::default()).map_err(|e| {
             ScrapeError::Parse {
-                url: url.to_owned(),
+                url: shown.clone(),
                 error: e,
             }
         })?;
         Ok(Scrape {
-            source: url.to_owned(),
+            source: shown,
             at_unix_s,
             at_mono: Some(at_mono),
             body: text,
