@@ -11,7 +11,9 @@ use headroom_load::prompt::{ClassPlan, PromptTokenizer};
 use headroom_load::runner::probe;
 use headroom_load::sweep::controller::{Progress, Sweep, SweepSettings};
 use headroom_load::sweep::search::LevelPlan;
-use headroom_load::workload::{DEFAULT_WORKLOAD_YAML, Levels, Workload};
+use headroom_load::workload::{
+    DEFAULT_WORKLOAD_YAML, Levels, Workload, check_level, window_from_secs,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -157,10 +159,48 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         );
         return Ok(0);
     }
+    // Every number on the command line is checked before anything starts, as the workload's
+    // fields are: bad input is an error naming the flag, never a panic.
+    let scrape_interval = flag_scrape_interval(args.scrape_interval)?;
     let workload = match &args.workload {
         Some(p) => Workload::load(p)?,
         None => Workload::builtin(),
     };
+    let mode = workload.spec.load.mode;
+    for l in args.levels.iter().flatten() {
+        check_level(mode, *l).map_err(|e| anyhow::anyhow!("--levels: {e}"))?;
+    }
+    for (flag, v) in [("--start", args.start), ("--max-load", args.max_load)] {
+        if let Some(v) = v {
+            check_level(mode, v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+        }
+    }
+    if let (Some(a), Some(b)) = (args.start, args.max_load)
+        && a > b
+    {
+        bail!("--start {a} is above --max-load {b}; expected start ≤ max-load");
+    }
+    let resolution_flag = args
+        .resolution
+        .as_deref()
+        .map(|r| {
+            parse_ratio(r)
+                .and_then(|x| {
+                    (x > 0.0 && x <= 10.0).then_some(x).ok_or_else(|| {
+                        format!("`{r}`: expected a share above 0 and at most 1000% (e.g. 10%)")
+                    })
+                })
+                .map_err(|e| anyhow::anyhow!("--resolution: {e}"))
+        })
+        .transpose()?;
+    let warmup_flag = args
+        .warmup
+        .map(|v| flag_window("--warmup", v, true))
+        .transpose()?;
+    let measure_flag = args
+        .measure
+        .map(|v| flag_window("--measure", v, false))
+        .transpose()?;
     let slo = match &args.slo {
         Some(p) => SloFile::load(p)?,
         None => SloFile::parse(DEFAULT_SLO_YAML, Path::new("<built-in slo>"))?,
@@ -245,12 +285,31 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     };
     let info = probe(&target, &endpoints).await?;
     let target = target.with_model(&info.model);
+    // Requests longer than the server's context window are rejected: refuse a workload none of
+    // whose requests fit, before any load; warn when only the longest do not.
+    if let Some(len) = info
+        .models
+        .iter()
+        .find(|m| m.id == info.model)
+        .and_then(|m| m.max_model_len)
+    {
+        let warnings = workload.check_context(len).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e}",
+                args.workload
+                    .as_ref()
+                    .map_or("<built-in workload>".into(), |p| p.display().to_string())
+            )
+        })?;
+        for w in warnings {
+            eprintln!("headroom: warning: {w}");
+        }
+    }
 
     // Windows and search: the workload's, unless this is the embedded demo (sized to finish in
     // under two minutes) or --quick (a smoke run); flags win over both.
     let quick = args.quick;
     let demo = args.target.is_none() && args.workload.is_none();
-    let secs = |v: Option<f64>, d: Duration| v.map_or(d, Duration::from_secs_f64);
     let (warmup_d, measure_d) = if quick {
         (Duration::from_secs(2), Duration::from_secs(4))
     } else if demo {
@@ -258,11 +317,10 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     } else {
         (workload.spec.warmup, workload.spec.measure)
     };
-    let warmup = secs(args.warmup, warmup_d);
-    let measure = secs(args.measure, measure_d);
-    let mode = workload.spec.load.mode;
-    let resolution = match &args.resolution {
-        Some(r) => parse_ratio(r).map_err(|e| anyhow::anyhow!("--resolution: {e}"))?,
+    let warmup = warmup_flag.unwrap_or(warmup_d);
+    let measure = measure_flag.unwrap_or(measure_d);
+    let resolution = match resolution_flag {
+        Some(r) => r,
         None if quick => 0.5,
         None => 0.25,
     };
@@ -305,7 +363,8 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         plan,
         warmup,
         measure,
-        measure_max: measure * 2,
+        // At most 48 h: `measure` is at most 24 h (checked above).
+        measure_max: measure.saturating_mul(2),
         drain_max: if args.target.is_none() {
             Duration::from_secs(2)
         } else {
@@ -313,7 +372,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         },
         metrics_url: metrics_url.clone(),
         dcgm_url: dcgm_url.clone(),
-        scrape_interval: Duration::from_secs_f64(args.scrape_interval.max(0.2)),
+        scrape_interval,
         run_dir: run_dir.clone(),
         seed,
     };
@@ -419,6 +478,27 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     })
 }
 
+/// `--warmup` / `--measure` in seconds, checked as the workload's `warmup` / `measure` are.
+fn flag_window(flag: &str, secs: f64, allow_zero: bool) -> Result<Duration> {
+    window_from_secs(secs, allow_zero).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+}
+
+/// Shortest and longest time between scrapes, seconds: a scrape costs the engine a little, and a
+/// level needs at least two scrapes to see anything.
+const SCRAPE_INTERVAL_S: std::ops::RangeInclusive<f64> = 0.2..=3600.0;
+
+/// `--scrape-interval` in seconds: finite, from 0.2 s to 1 h.
+fn flag_scrape_interval(secs: f64) -> Result<Duration> {
+    if !SCRAPE_INTERVAL_S.contains(&secs) {
+        bail!(
+            "--scrape-interval: {secs}: expected seconds from {} to {} (e.g. 2)",
+            SCRAPE_INTERVAL_S.start(),
+            SCRAPE_INTERVAL_S.end()
+        );
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
 /// The command line with the values of secret-looking flags removed.
 fn redact_argv(argv: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(argv.len());
@@ -498,6 +578,71 @@ fn default_run_dir() -> PathBuf {
 /// `yyyymmddThhmmssZ`.
 fn utc_stamp(t: chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y%m%dT%H%M%SZ").to_string()
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: super::SweepArgs,
+    }
+
+    /// Runs `headroom sweep ARGS` up to its first error; bad flags fail before anything starts
+    /// (no engine twin, no load), so each call returns at once.
+    fn sweep_error(args: &[&str]) -> String {
+        let argv: Vec<String> = std::iter::once("sweep")
+            .chain(args.iter().copied())
+            .map(String::from)
+            .collect();
+        let t = T::try_parse_from(&argv).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        match rt.block_on(super::run(t.a, argv)) {
+            Ok(code) => panic!("{args:?} accepted (exit {code})"),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    /// Every numeric flag of `sweep`, with every kind of bad value: negative, NaN, ±∞, zero
+    /// where it must be positive, past `Duration`'s range, past its bound. Each is an error
+    /// naming the flag (exit 2 in `main`), never a panic.
+    #[test]
+    fn every_numeric_flag_rejects_every_bad_value() {
+        let not_numbers = ["nan", "inf", "-inf", "1e300"];
+        let mut cases: Vec<(String, &str)> = Vec::new();
+        for v in not_numbers.iter().chain(&["-1", "1e19", "86401"]) {
+            cases.push((format!("--warmup={v}"), "--warmup"));
+            cases.push((format!("--measure={v}"), "--measure"));
+        }
+        cases.push(("--measure=0".into(), "--measure"));
+        for v in not_numbers.iter().chain(&["-1", "0", "0.1", "3601"]) {
+            cases.push((format!("--scrape-interval={v}"), "--scrape-interval"));
+        }
+        for v in not_numbers
+            .iter()
+            .chain(&["-3", "0", "0.5", "1e-300", "2000000"])
+        {
+            cases.push((format!("--levels={v}"), "--levels"));
+            cases.push((format!("--start={v}"), "--start"));
+            cases.push((format!("--max-load={v}"), "--max-load"));
+        }
+        cases.push(("--levels=1,nan,-3".into(), "--levels"));
+        for v in ["0", "-5%", "nan", "inf", "2000%"] {
+            cases.push((format!("--resolution={v}"), "--resolution"));
+        }
+        for (arg, flag) in &cases {
+            let e = std::panic::catch_unwind(|| sweep_error(&[arg.as_str()]))
+                .unwrap_or_else(|_| panic!("{arg} panicked"));
+            assert!(e.starts_with(&format!("{flag}:")), "{arg}: {e}");
+        }
+        let e = sweep_error(&["--start", "8", "--max-load", "4"]);
+        assert!(e.contains("--start 8 is above --max-load 4"), "{e}");
+    }
 }
 
 #[cfg(test)]

@@ -175,9 +175,11 @@ impl Iterator for ArrivalSchedule {
     /// Intended send time as an offset from the level start.
     type Item = Duration;
 
+    /// Ends when the offset no longer fits a [`Duration`] (a rate so low that the next arrival
+    /// lies beyond any level).
     fn next(&mut self) -> Option<Duration> {
         self.at_s += self.next_gap_s();
-        Some(Duration::from_secs_f64(self.at_s))
+        Duration::try_from_secs_f64(self.at_s).ok()
     }
 }
 

@@ -391,6 +391,11 @@ pub struct LevelRecording {
     /// How the window ended: `full`, `early stop: …`, `extended: …`.
     #[serde(default)]
     pub window_note: String,
+    /// Why the level's load generation broke down, when it did (the open-loop pacer thread
+    /// panicked, or its schedule could not be built): the level offered less load than asked
+    /// and gives no verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<String>,
 }
 
 impl LevelRecording {
@@ -412,6 +417,7 @@ impl LevelRecording {
             shards: 1,
             class_totals: vec![LevelTotals::default(); names.len()],
             window_note: String::new(),
+            aborted: None,
         }
     }
 
@@ -460,6 +466,9 @@ impl LevelRecording {
         self.warmup_started += other.warmup_started;
         self.cancelled_at_end += other.cancelled_at_end;
         self.interrupted |= other.interrupted;
+        if self.aborted.is_none() {
+            self.aborted.clone_from(&other.aborted);
+        }
         self.client.process_cpu_s += other.client.process_cpu_s;
         self.client.wall_s = self.client.wall_s.max(other.client.wall_s);
         self.client.cores += other.client.cores;

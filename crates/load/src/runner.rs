@@ -436,12 +436,21 @@ pub async fn run_level_with(
                 Ok(schedule) => {
                     let stop = stop.clone();
                     let tx = tx.clone();
-                    std::thread::Builder::new()
+                    match std::thread::Builder::new()
                         .name("headroom-pacer".into())
                         .spawn(move || pace(schedule, t0, total, &tx, &stop, direct))
-                        .ok()
+                    {
+                        Ok(h) => Some(h),
+                        Err(e) => {
+                            out.aborted = Some(format!("cannot start the pacer thread: {e}"));
+                            None
+                        }
+                    }
                 }
-                Err(_) => None,
+                Err(e) => {
+                    out.aborted = Some(format!("no arrival schedule: {e}"));
+                    None
+                }
             };
             let mut backlog: VecDeque<(Instant, PreparedRequest)> = VecDeque::new();
             let mut pending = if prep_tx.is_none() {
@@ -512,8 +521,16 @@ pub async fn run_level_with(
             stop.store(true, Ordering::Relaxed);
             // Unblocks a pacer waiting for a prepared request.
             drop(prep_tx);
-            if let Some(h) = pacer {
-                let _ = h.join();
+            // A pacer that panicked sent fewer requests than the schedule: the level is void.
+            if let Some(h) = pacer
+                && let Err(p) = h.join()
+            {
+                let why = p
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                out.aborted = Some(format!("the pacer thread panicked: {why}"));
             }
             // Every launch is now in the channel: count them (and whatever finished) before
             // the drain decides what is still in flight.

@@ -113,8 +113,100 @@ pub struct WorkloadSpec {
     pub seed: u64,
 }
 
-/// Longest warm-up or measurement window a level may ask for.
-const MAX_LEVEL_SPAN: Duration = Duration::from_secs(24 * 3600);
+/// Longest warm-up or measurement window a level may ask for (24 h): every load test stops by
+/// itself in bounded time; a soak belongs in several runs, each with its own results.
+pub const MAX_LEVEL_SPAN: Duration = Duration::from_secs(24 * 3600);
+
+/// Highest level in either mode: 1,000,000 requests in flight or req/s.
+pub const MAX_LEVEL: f64 = 1e6;
+
+/// Lowest open-loop rate, req/s (one request per 1,000 s): below it a level of minutes sends
+/// nothing, and the gap between arrivals no longer fits a clock.
+pub const MIN_RATE_PER_S: f64 = 0.001;
+
+/// Most tokens any one request may ask for in a single count (prompt, shared prefix or
+/// `max_tokens`), and in prefix + prompt + `max_tokens` together. Far above any served context
+/// window (the largest open-weight models serve about 10⁶), so it rejects only typos, while
+/// keeping synthesised prompts within memory (about 5 bytes per token).
+pub const MAX_REQUEST_TOKENS: u64 = 10_000_000;
+
+/// Checks one load level as written in the workload or on the command line.
+///
+/// Concurrency: a whole number from 1 to [`MAX_LEVEL`]; rate: a finite number of req/s from
+/// [`MIN_RATE_PER_S`] to [`MAX_LEVEL`].
+///
+/// # Errors
+/// What was given and what was expected (the caller adds the field or flag name).
+pub fn check_level(mode: LoadMode, x: f64) -> Result<(), String> {
+    let x = show_number(x);
+    match mode {
+        LoadMode::Concurrency => {
+            if x.value.is_finite()
+                && x.value >= 1.0
+                && x.value.fract() == 0.0
+                && x.value <= MAX_LEVEL
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{x}: expected whole numbers from 1 to 1000000 (requests in flight) in concurrency mode"
+                ))
+            }
+        }
+        LoadMode::Rate => {
+            if x.value.is_finite() && (MIN_RATE_PER_S..=MAX_LEVEL).contains(&x.value) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{x}: expected rates from 0.001 to 1000000 req/s in rate mode"
+                ))
+            }
+        }
+    }
+}
+
+/// A number as given, displayed compactly in messages: `1e-300`, not 300 digits.
+struct Shown {
+    value: f64,
+}
+
+fn show_number(value: f64) -> Shown {
+    Shown { value }
+}
+
+impl fmt::Display for Shown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.value;
+        if v.is_finite() && v != 0.0 && !(1e-3..1e7).contains(&v.abs()) {
+            write!(f, "{v:e}")
+        } else {
+            write!(f, "{v}")
+        }
+    }
+}
+
+/// A warm-up (`allow_zero`) or measurement window given in seconds, as a [`Duration`]: finite,
+/// not negative, positive unless `allow_zero`, at most [`MAX_LEVEL_SPAN`].
+///
+/// # Errors
+/// What was given and what was expected (the caller adds the field or flag name).
+pub fn window_from_secs(secs: f64, allow_zero: bool) -> Result<Duration, String> {
+    let shown = show_number(secs);
+    let want = if allow_zero {
+        "expected a duration from 0 to 86400 s (24 h)"
+    } else {
+        "expected a duration above 0 and at most 86400 s (24 h)"
+    };
+    if !secs.is_finite() || secs < 0.0 || (!allow_zero && secs == 0.0) {
+        return Err(format!("{shown}: {want}"));
+    }
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if d <= MAX_LEVEL_SPAN => Ok(d),
+        _ => Err(format!(
+            "{shown} s is longer than a day per level; {want} (split a soak into several runs)"
+        )),
+    }
+}
 
 fn default_warmup() -> Duration {
     Duration::from_secs(5)
@@ -291,7 +383,25 @@ impl LengthDist {
         }
     }
 
+    /// Largest value the distribution can produce (`None` for a dataset).
+    pub fn max(&self) -> Option<u32> {
+        match self {
+            LengthDist::Fixed(n) => Some(*n),
+            LengthDist::Uniform { max, .. }
+            | LengthDist::Normal { max, .. }
+            | LengthDist::Lognormal { max, .. } => Some(*max),
+            LengthDist::Dataset => None,
+        }
+    }
+
     fn validate(&self) -> Result<(), String> {
+        if let Some(m) = self.max()
+            && u64::from(m) > MAX_REQUEST_TOKENS
+        {
+            return Err(format!(
+                "can reach {m} tokens; expected at most {MAX_REQUEST_TOKENS} tokens per request"
+            ));
+        }
         let order = |min: u32, max: u32| {
             if min > max {
                 Err(format!("min {min} > max {max}; expected min ≤ max"))
@@ -444,9 +554,14 @@ mod duration_str {
         if t == "0" || t.trim_end_matches(|c: char| c.is_ascii_alphabetic()) == "0" {
             return Ok(Duration::ZERO);
         }
-        headroom_core::slo::parse_duration_s(t)
-            .map(Duration::from_secs_f64)
-            .map_err(serde::de::Error::custom)
+        let secs = headroom_core::slo::parse_duration_s(t).map_err(serde::de::Error::custom)?;
+        // Checked: a huge figure (`99999999999999999999999s`) is an error, not a panic; the
+        // 24 h bound is applied by the workload's validation.
+        Duration::try_from_secs_f64(secs).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "`{t}`: expected a duration from 0 to 24h, such as 30s"
+            ))
+        })
     }
 }
 
@@ -706,6 +821,31 @@ impl Workload {
                     "can be 0; expected at least 1 output token".into(),
                 ));
             }
+            if u64::from(c.shared_prefix_tokens) > MAX_REQUEST_TOKENS {
+                return Err(err(
+                    class_loc(i, |c| &c.shared_prefix_tokens),
+                    field("shared_prefix_tokens"),
+                    format!(
+                        "{}: expected at most {MAX_REQUEST_TOKENS} tokens per request",
+                        c.shared_prefix_tokens
+                    ),
+                ));
+            }
+            let most = u64::from(c.shared_prefix_tokens)
+                + c.prompt_tokens
+                    .as_ref()
+                    .and_then(LengthDist::max)
+                    .map_or(0, u64::from)
+                + c.max_tokens.max().map_or(0, u64::from);
+            if most > MAX_REQUEST_TOKENS {
+                return Err(err(
+                    class_loc(i, |c| &c.max_tokens),
+                    field("max_tokens"),
+                    format!(
+                        "shared prefix + prompt + max_tokens can reach {most} tokens; expected at most {MAX_REQUEST_TOKENS} per request"
+                    ),
+                ));
+            }
             let prompt_from_dataset = match &c.prompt_tokens {
                 None => true,
                 Some(LengthDist::Dataset) => true,
@@ -757,6 +897,24 @@ impl Workload {
                     };
                     let ds = Dataset::load(&path, d.format)
                         .map_err(|m| err(class_loc(i, |c| &c.dataset), field("dataset.path"), m))?;
+                    let longest = ds
+                        .entries
+                        .iter()
+                        .filter_map(|e| e.output_tokens)
+                        .max()
+                        .unwrap_or(0);
+                    if c.max_tokens == LengthDist::Dataset
+                        && u64::from(longest) > MAX_REQUEST_TOKENS
+                    {
+                        return Err(err(
+                            class_loc(i, |c| &c.max_tokens),
+                            field("max_tokens"),
+                            format!(
+                                "`dataset`, but an entry of `{}` asks for {longest} output tokens; expected at most {MAX_REQUEST_TOKENS} per request",
+                                path.display()
+                            ),
+                        ));
+                    }
                     if c.max_tokens == LengthDist::Dataset && !ds.has_output_lengths() {
                         return Err(err(
                             class_loc(i, |c| &c.max_tokens),
@@ -782,25 +940,8 @@ impl Workload {
                 ));
             }
             for x in v {
-                let ok = match load.mode {
-                    LoadMode::Concurrency => *x >= 1.0 && x.fract() == 0.0 && *x <= 1e6,
-                    LoadMode::Rate => x.is_finite() && *x > 0.0 && *x <= 1e6,
-                };
-                if !ok {
-                    return Err(err(
-                        top(|l| &l.load),
-                        "load.levels".into(),
-                        match load.mode {
-                            LoadMode::Concurrency => format!(
-                                "{x}: expected whole numbers from 1 to 1000000 (requests in flight) in concurrency mode"
-                            ),
-                            LoadMode::Rate => {
-                                format!(
-                                    "{x}: expected rates above 0 and at most 1000000 req/s in rate mode"
-                                )
-                            }
-                        },
-                    ));
+                if let Err(m) = check_level(load.mode, *x) {
+                    return Err(err(top(|l| &l.load), "load.levels".into(), m));
                 }
             }
         }
@@ -835,6 +976,57 @@ impl Workload {
             Path::new("."),
         )
         .unwrap_or_else(|e| unreachable!("the built-in workload is valid: {e}"))
+    }
+
+    /// Checks every class against the server's context window (vLLM's `max_model_len` from
+    /// `GET /v1/models`). vLLM rejects a request whose prompt tokens + `max_tokens` exceed it
+    /// (HTTP 400), so a class whose *shortest* request (shared prefix + shortest prompt +
+    /// smallest `max_tokens`) exceeds it would send nothing but errors. Prompts drawn from a
+    /// dataset count as 0 tokens here (their token count is known only to the server), and the
+    /// chat template adds tokens: the check is a lower bound.
+    ///
+    /// Returns warnings for classes whose *longest* request may exceed the window.
+    ///
+    /// # Errors
+    /// A message naming the first class none of whose requests fits, with the figures.
+    pub fn check_context(&self, max_model_len: u64) -> Result<Vec<String>, String> {
+        let mut warnings = Vec::new();
+        for (i, c) in self.spec.classes.iter().enumerate() {
+            let prefix = u64::from(c.shared_prefix_tokens);
+            let synthetic = c
+                .prompt_tokens
+                .as_ref()
+                .filter(|p| **p != LengthDist::Dataset);
+            let hints = self.datasets.get(i).and_then(Option::as_ref).map(|d| {
+                let v = d.entries.iter().filter_map(|e| e.output_tokens);
+                (v.clone().min().unwrap_or(0), v.max().unwrap_or(0))
+            });
+            let (out_min, out_max) = match (&c.max_tokens, hints) {
+                (LengthDist::Dataset, Some((lo, hi))) => (u64::from(lo), Some(u64::from(hi))),
+                (d, _) => (d.min().map_or(0, u64::from), d.max().map(u64::from)),
+            };
+            let shortest =
+                prefix + synthetic.and_then(LengthDist::min).map_or(0, u64::from) + out_min;
+            if shortest > max_model_len {
+                return Err(format!(
+                    "class `{}`: every request needs at least {shortest} tokens (shared prefix {prefix} + prompt + max_tokens {out_min}), more than the server's max_model_len {max_model_len}: the server would reject all of them. Shorten the class's prompt_tokens or max_tokens in the workload",
+                    c.name
+                ));
+            }
+            let longest = synthetic
+                .and_then(LengthDist::max)
+                .zip(out_max)
+                .map(|(p, o)| prefix + u64::from(p) + o);
+            if let Some(l) = longest
+                && l > max_model_len
+            {
+                warnings.push(format!(
+                    "class `{}`: requests can reach {l} tokens (shared prefix + prompt + max_tokens), more than the server's max_model_len {max_model_len}: the longest ones will be rejected (HTTP 400) and count as errors",
+                    c.name
+                ));
+            }
+        }
+        Ok(warnings)
     }
 
     /// Class weights normalised to shares summing to 1, in class order.
@@ -879,6 +1071,8 @@ struct ClassLocs {
     max_tokens: Option<Spanned<IgnoredAny>>,
     #[serde(default)]
     dataset: Option<Spanned<IgnoredAny>>,
+    #[serde(default)]
+    shared_prefix_tokens: Option<Spanned<IgnoredAny>>,
 }
 
 #[cfg(test)]
@@ -1050,7 +1244,7 @@ mod tests {
                     "mode: concurrency, levels: [1, 2]",
                     "mode: rate, levels: [1e300]",
                 ),
-                vec!["load.levels", "at most 1000000 req/s"],
+                vec!["load.levels", "to 1000000 req/s"],
             ),
             (format!("{MIN}extra: 1\n"), vec!["extra"]),
         ] {
@@ -1192,6 +1386,215 @@ mod tests {
         assert!((med / 300.0 - 1.0).abs() < 0.03, "median {med}");
         assert!((p90 / 1200.0 - 1.0).abs() < 0.04, "p90 {p90}");
         assert_eq!(LengthDist::Dataset.sample(&mut seeded_rng(1, 1)), None);
+    }
+
+    /// Every way a duration can be out of range is an error at its line, never a panic: values
+    /// past `Duration`'s range (which `Duration::from_secs_f64` panics on), negative, not a
+    /// number, and longer than a day.
+    #[test]
+    fn any_out_of_range_duration_is_an_error_at_its_line() {
+        for field in ["measure", "warmup"] {
+            for v in [
+                "99999999999999999999999s",
+                "1e30",
+                "1e300h",
+                "18446744073709551616s",
+                "-5",
+                "-1s",
+                ".nan",
+                ".inf",
+                "-.inf",
+                "25h",
+                "86401s",
+            ] {
+                let text = format!("{field}: {v}\n{MIN}");
+                let got = std::panic::catch_unwind(|| parse(&text));
+                let e = match got {
+                    Err(_) => panic!("{field}: {v} panicked"),
+                    Ok(Ok(_)) => panic!("{field}: {v} accepted"),
+                    Ok(Err(e)) => e.to_string(),
+                };
+                assert!(e.contains("workload.yaml:1:"), "{field}: {v}: {e}");
+            }
+        }
+        // The bounds themselves are accepted.
+        let w = parse(&format!("measure: 24h\nwarmup: 0\n{MIN}")).unwrap();
+        assert_eq!(w.spec.measure, Duration::from_secs(86_400));
+        assert_eq!(w.spec.warmup, Duration::ZERO);
+    }
+
+    #[test]
+    fn window_seconds_are_checked_like_the_yaml_fields() {
+        for bad in [
+            -1.0,
+            -0.0001,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e19,
+            1e300,
+            86_400.001,
+        ] {
+            assert!(window_from_secs(bad, true).is_err(), "{bad}");
+            assert!(window_from_secs(bad, false).is_err(), "{bad}");
+        }
+        assert!(window_from_secs(0.0, false).is_err());
+        assert_eq!(window_from_secs(0.0, true), Ok(Duration::ZERO));
+        assert_eq!(window_from_secs(86_400.0, false), Ok(MAX_LEVEL_SPAN));
+        assert_eq!(
+            window_from_secs(1.5, false),
+            Ok(Duration::from_millis(1500))
+        );
+    }
+
+    /// One rule for levels, in the YAML and on the command line: concurrency is a whole number
+    /// 1..=10⁶; a rate is 0.001..=10⁶ req/s (a rate of 10⁻³⁰⁰ once killed the pacer thread).
+    #[test]
+    fn levels_outside_their_mode_range_are_refused() {
+        let bad_any = [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -3.0,
+            0.0,
+            1e300,
+            1e6 + 1.0,
+        ];
+        for x in bad_any {
+            assert!(check_level(LoadMode::Concurrency, x).is_err(), "{x}");
+            assert!(check_level(LoadMode::Rate, x).is_err(), "{x}");
+        }
+        for x in [0.5, 1.5, 1e-300] {
+            assert!(check_level(LoadMode::Concurrency, x).is_err(), "{x}");
+        }
+        for x in [1e-300, 5e-324, 0.000_999] {
+            assert!(check_level(LoadMode::Rate, x).is_err(), "{x}");
+        }
+        for x in [1.0, 64.0, 1e6] {
+            assert_eq!(check_level(LoadMode::Concurrency, x), Ok(()));
+        }
+        for x in [0.001, 0.5, 1e6] {
+            assert_eq!(check_level(LoadMode::Rate, x), Ok(()));
+        }
+        // Compact in messages: not 300 digits.
+        let e = check_level(LoadMode::Rate, 1e-300).unwrap_err();
+        assert!(e.starts_with("1e-300:"), "{e}");
+        // And the same in the file, at the line of `load`.
+        let e = parse(&MIN.replace(
+            "mode: concurrency, levels: [1, 2]",
+            "mode: rate, levels: [1e-300]",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("workload.yaml:1:") && e.contains("0.001"), "{e}");
+    }
+
+    /// Token counts beyond [`MAX_REQUEST_TOKENS`] are refused at their field, for every field
+    /// that sets a request's size and for their sum (they once aborted the process allocating
+    /// the prompt).
+    #[test]
+    fn token_counts_beyond_the_cap_are_refused() {
+        let over = MAX_REQUEST_TOKENS + 1;
+        for (text, needle) in [
+            (
+                MIN.replace(
+                    "prompt_tokens: {fixed: 10}",
+                    "prompt_tokens: {fixed: 4000000000}",
+                ),
+                "prompt_tokens",
+            ),
+            (
+                MIN.replace(
+                    "prompt_tokens: {fixed: 10}",
+                    &format!("prompt_tokens: {{uniform: {{min: 1, max: {over}}}}}"),
+                ),
+                "prompt_tokens",
+            ),
+            (
+                MIN.replace(
+                    "prompt_tokens: {fixed: 10}",
+                    &format!(
+                        "prompt_tokens: {{lognormal: {{median: 10, p90: 20, min: 1, max: {over}}}}}"
+                    ),
+                ),
+                "prompt_tokens",
+            ),
+            (
+                MIN.replace("max_tokens: {fixed: 5}", "max_tokens: {fixed: 4294967295}"),
+                "max_tokens",
+            ),
+            (
+                MIN.replace(
+                    "max_tokens: {fixed: 5}",
+                    &format!("max_tokens: {{normal: {{mean: 5, stddev: 1, min: 1, max: {over}}}}}"),
+                ),
+                "max_tokens",
+            ),
+            (
+                MIN.replace(
+                    "- name: a\n",
+                    "- name: a\n    shared_prefix_tokens: 4294967295\n",
+                ),
+                "shared_prefix_tokens",
+            ),
+            // Each under the cap, the sum over it.
+            (
+                MIN.replace(
+                    "- name: a\n",
+                    "- name: a\n    shared_prefix_tokens: 6000000\n",
+                )
+                .replace("{fixed: 5}", "{fixed: 5000000}"),
+                "shared prefix + prompt + max_tokens can reach 11000010",
+            ),
+        ] {
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.contains(needle), "`{needle}` not in {e}");
+            assert!(e.contains("workload.yaml:"), "{e}");
+        }
+        // The cap itself is allowed.
+        let ok = MIN.replace(
+            "max_tokens: {fixed: 5}",
+            &format!("max_tokens: {{fixed: {}}}", MAX_REQUEST_TOKENS - 10),
+        );
+        parse(&ok).unwrap();
+        // A dataset's output lengths count too.
+        let dir = std::env::temp_dir().join(format!("headroom-wl-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("d.jsonl"),
+            "{\"prompt\": \"hi\", \"max_tokens\": 4000000000}\n",
+        )
+        .unwrap();
+        let t = "load: {mode: concurrency, levels: [1]}\nclasses:\n  - name: a\n    dataset: {path: d.jsonl, format: jsonl}\n    max_tokens: dataset\n";
+        let e = Workload::parse(t, Path::new("workload.yaml"), &dir)
+            .unwrap_err()
+            .to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(e.contains("4000000000 output tokens"), "{e}");
+    }
+
+    /// vLLM rejects prompt + max_tokens > max_model_len. Shortest request over it: an error;
+    /// only the longest over it: a warning. Figures by hand: prefix 100 + prompt 40..60 +
+    /// max_tokens 500..1000 → shortest 640, longest 1160.
+    #[test]
+    fn requests_are_checked_against_the_context_window() {
+        let w = parse(
+            "load: {mode: concurrency, levels: [1]}\nclasses:\n  - name: a\n    shared_prefix_tokens: 100\n    prompt_tokens: {uniform: {min: 40, max: 60}}\n    max_tokens: {uniform: {min: 500, max: 1000}}\n",
+        )
+        .unwrap();
+        assert_eq!(w.check_context(1160), Ok(vec![]));
+        let warn = w.check_context(1159).unwrap();
+        assert_eq!(warn.len(), 1);
+        assert!(
+            warn[0].contains("1160") && warn[0].contains("1159"),
+            "{warn:?}"
+        );
+        assert_eq!(w.check_context(640).unwrap().len(), 1);
+        let e = w.check_context(639).unwrap_err();
+        assert!(
+            e.contains("class `a`") && e.contains("at least 640") && e.contains("639"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -173,7 +173,7 @@ impl Sweep<'_> {
                     break 'phases;
                 }
                 let lag0 = self.clock_lag.map(|f| f());
-                let mut level = self.run_one(&phase, load, level_index).await;
+                let (mut level, aborted) = self.run_one(&phase, load, level_index).await;
                 if let (Some(f), Some((s0, l0))) = (self.clock_lag, lag0) {
                     let (s1, l1) = f();
                     let (steps, late) = (s1 - s0, l1 - l0);
@@ -187,16 +187,20 @@ impl Sweep<'_> {
                     }
                 }
                 level_index += 1;
+                let aborted = aborted.map(|why| {
+                    let why = format!("load generation broke down: {why}");
+                    void_level(&mut level, "aborted", &why);
+                    format!(
+                        "aborted at {} {}: {why}",
+                        headroom_core::slo::fmt_num(load),
+                        self.settings.mode.unit()
+                    )
+                });
                 let interrupted = level.window_note.starts_with("interrupted");
                 let dead = level_is_dead(&level);
                 if let Some(why) = &dead {
                     // An outage is not a capacity limit: no verdict for this level.
-                    for o in &mut level.objectives {
-                        o.verdict = Verdict::Inconclusive;
-                        o.reason = format!("no verdict: {why}");
-                    }
-                    level.verdict = Verdict::Inconclusive;
-                    level.window_note = format!("server lost: {why}");
+                    void_level(&mut level, "server lost", why);
                 }
                 search.record(load, level.verdict);
                 self.progress.level_done(&phase.name, &level);
@@ -208,7 +212,7 @@ impl Sweep<'_> {
                     stop_reason = Some("interrupted (Ctrl-C)".into());
                     break 'phases;
                 }
-                if let Some(why) = dead {
+                if let Some(why) = dead.or(aborted) {
                     stop_reason = Some(why);
                     break 'phases;
                 }
@@ -231,7 +235,14 @@ impl Sweep<'_> {
         run
     }
 
-    async fn run_one(&self, phase: &Phase, load: f64, level_index: u32) -> LevelResult {
+    /// Runs and judges one level; the second value says why its load generation broke down, when
+    /// it did (see [`LevelRecording::aborted`]).
+    async fn run_one(
+        &self,
+        phase: &Phase,
+        load: f64,
+        level_index: u32,
+    ) -> (LevelResult, Option<String>) {
         let s = self.settings;
         let mode = match s.mode {
             LoadMode::Concurrency => LevelMode::Concurrency(load.round().max(1.0) as u32),
@@ -358,7 +369,7 @@ impl Sweep<'_> {
         } else {
             0
         };
-        judge_level(JudgeInput {
+        let level = judge_level(JudgeInput {
             phase,
             slo: self.slo,
             spec: &spec,
@@ -369,7 +380,8 @@ impl Sweep<'_> {
             scrape_files: files,
             hist_file,
             notes,
-        })
+        });
+        (level, rec.aborted.clone())
     }
 
     async fn scrape_pair(
@@ -852,6 +864,27 @@ fn drift(t: &TokenCounts) -> Option<String> {
     })
 }
 
+/// Takes every verdict of a level away: `state` (`interrupted`, `server lost`, `aborted`) says
+/// what happened and `why` the detail. Each objective becomes INCONCLUSIVE and keeps what its
+/// figure alone said in its reason, so a cut-short level never counts as a pass (capacity) or a
+/// failure (a breach) in the search.
+fn void_level(level: &mut LevelResult, state: &str, why: &str) {
+    for o in &mut level.objectives {
+        if o.verdict != Verdict::Inconclusive {
+            o.reason = format!(
+                "no verdict ({state}: {why}); the figure alone said {}: {}",
+                o.verdict.as_str(),
+                o.reason
+            );
+        } else {
+            o.reason = format!("no verdict ({state}: {why}); {}", o.reason);
+        }
+        o.verdict = Verdict::Inconclusive;
+    }
+    level.verdict = Verdict::Inconclusive;
+    level.window_note = format!("{state}: {why}");
+}
+
 /// A level where nothing got through and the client saw only transport failures: the server is
 /// gone, so the sweep stops rather than climbing further.
 fn level_is_dead(l: &LevelResult) -> Option<String> {
@@ -932,6 +965,67 @@ fn group_warnings<'a>(
 #[cfg(test)]
 mod tests {
     use super::group_warnings;
+    use headroom_core::Verdict;
+    use headroom_core::run::{LevelResult, ObjectiveResult};
+
+    pub(crate) fn level_with(verdicts: &[(&str, Verdict)]) -> LevelResult {
+        let objectives: Vec<ObjectiveResult> = verdicts
+            .iter()
+            .map(|(id, v)| ObjectiveResult {
+                id: (*id).into(),
+                description: (*id).into(),
+                threshold: 0.3,
+                observed: Some(0.1),
+                verdict: *v,
+                samples: 50,
+                reason: "50 of 50 below".into(),
+            })
+            .collect();
+        LevelResult {
+            load: 2.0,
+            mode: headroom_core::run::LoadMode::Concurrency,
+            started_unix_s: 0.0,
+            window_s: 2.9,
+            window_note: "full".into(),
+            outcomes: Default::default(),
+            latency: Default::default(),
+            request_rate_per_s: 0.0,
+            output_tokens_per_s: 0.0,
+            goodput_per_s: 0.0,
+            tokens: Default::default(),
+            verdict: Verdict::combine(objectives.iter().map(|o| o.verdict)),
+            objectives,
+            client: Default::default(),
+            server: None,
+            histograms: String::new(),
+            warnings: vec![],
+        }
+    }
+
+    /// Whatever the objectives said, a voided level (interrupted, server lost, aborted) is
+    /// INCONCLUSIVE throughout, says why, and keeps what the figures alone said.
+    #[test]
+    fn a_voided_level_gives_no_verdict_whatever_its_figures_said() {
+        for state in ["interrupted", "server lost", "aborted"] {
+            for vs in [
+                vec![("ttft_p95", Verdict::Pass), ("error_rate", Verdict::Pass)],
+                vec![("ttft_p95", Verdict::Fail), ("error_rate", Verdict::Pass)],
+                vec![("ttft_p95", Verdict::Inconclusive)],
+            ] {
+                let mut l = level_with(&vs);
+                super::void_level(&mut l, state, "why");
+                assert_eq!(l.verdict, Verdict::Inconclusive);
+                assert_eq!(l.window_note, format!("{state}: why"));
+                for (o, (_, v)) in l.objectives.iter().zip(&vs) {
+                    assert_eq!(o.verdict, Verdict::Inconclusive);
+                    assert!(o.reason.starts_with(&format!("no verdict ({state}: why)")));
+                    if *v != Verdict::Inconclusive {
+                        assert!(o.reason.contains(&format!("alone said {}", v.as_str())));
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_warning_repeated_across_levels_reads_once_with_its_levels() {

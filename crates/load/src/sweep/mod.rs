@@ -10,3 +10,6 @@ pub mod controller;
 pub mod evaluate;
 pub mod search;
 pub mod server_view;
+
+#[cfg(test)]
+mod tests;
