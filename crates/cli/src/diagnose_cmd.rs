@@ -321,11 +321,13 @@ fn source_of(r: &Read) -> DiagnosisSource {
 /// `data_warnings`, each `{"metric", "series", "signal", "problem", "detail", "occurrences"}`
 /// ([`headroom_signals::DataWarning`]), empty when the data was consistent. `problem` is one of
 /// `not_cumulative`, `duplicate_bound`, `duplicate_series`, `negative`, `count_mismatch`, `not_finite`,
-/// `out_of_range`.
+/// `out_of_range`. Objectives and figures that are only an upper bound carry `"bound": "upper"`
+/// ([`mark_upper_bounds`]).
 fn json_with_data_warnings(ds: &[Diagnosis], reads: &[Read]) -> Result<String> {
     let mut out = Vec::with_capacity(ds.len());
     for (d, r) in ds.iter().zip(reads) {
         let mut v = serde_json::to_value(d)?;
+        mark_upper_bounds(&mut v);
         if let Some(o) = v.as_object_mut() {
             o.insert(
                 "data_warnings".to_owned(),
@@ -338,6 +340,32 @@ fn json_with_data_warnings(ds: &[Diagnosis], reads: &[Read]) -> Result<String> {
         [one] => serde_json::to_string_pretty(one)?,
         many => serde_json::to_string_pretty(many)?,
     })
+}
+
+/// Adds `"bound": "upper"` to every objective and step figure whose value is only an upper bound
+/// (a quantile in the histogram's first bucket, [`headroom_diagnose::UPPER_BOUND_ONLY`]): the
+/// number stays in `observed` / `value` and reads "≤". Other entries carry no `bound`.
+fn mark_upper_bounds(v: &mut serde_json::Value) {
+    let marker = headroom_diagnose::UPPER_BOUND_ONLY;
+    let mark = |o: &mut serde_json::Value, text_field: &str| {
+        let hit = o
+            .get(text_field)
+            .and_then(|t| t.as_str())
+            .is_some_and(|t| t.contains(marker));
+        if hit && let Some(o) = o.as_object_mut() {
+            o.insert("bound".to_owned(), "upper".into());
+        }
+    };
+    if let Some(obs) = v.get_mut("objectives").and_then(|o| o.as_array_mut()) {
+        obs.iter_mut().for_each(|o| mark(o, "reason"));
+    }
+    if let Some(steps) = v.get_mut("steps").and_then(|s| s.as_array_mut()) {
+        for s in steps {
+            if let Some(figs) = s.get_mut("figures").and_then(|f| f.as_array_mut()) {
+                figs.iter_mut().for_each(|f| mark(f, "source"));
+            }
+        }
+    }
 }
 
 /// Runs `headroom diagnose`; returns the exit status (see the module docs).

@@ -938,3 +938,148 @@ fn corrupt_families_are_data_warnings_in_every_format() {
         );
     }
 }
+
+#[test]
+fn a_series_written_twice_is_rejected_not_summed_or_guessed() {
+    let line =
+        r#"vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny"}"#;
+    let base = std::fs::read_to_string(fixture(QUEUEING)).unwrap();
+    let dup = base.replace(
+        &format!("{line} 16.0\n"),
+        &format!("{line} 16.0\n{line} 999.0\n"),
+    );
+    assert_ne!(dup, base);
+    let dir = tempdir();
+    let p = write(dir.path(), "dup.prom", &dup);
+    let o = headroom(&[
+        "diagnose",
+        "--from",
+        p.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("warning: {line}: the series `vllm:request_success_total` is written 2 times in one scrape (values 16, 999)")),
+        "{}",
+        stderr(&o)
+    );
+    let v = json(&o);
+    let w = &v["data_warnings"][0];
+    assert_eq!(w["problem"], "duplicate_series");
+    assert_eq!(w["metric"], "vllm:request_success_total");
+    // neither 16, 999 nor 1015 finished requests: no figure at all
+    let finished = v["steps"][3]["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "requests_finished");
+    assert!(finished.is_none(), "{finished:?}");
+    let err = v["objectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == "error_rate")
+        .unwrap();
+    assert_eq!(err["verdict"], "INCONCLUSIVE", "{err}");
+}
+
+#[test]
+fn first_bucket_quantiles_show_the_bound_and_json_marks_it() {
+    // ITL buckets of the fixture: 2017 of 2032 ≤ 0.01 s (the first bucket), so p50 (rank 1016)
+    // and p95 (rank 1930.4) are only known to be ≤ 10 ms; p99 (rank 2011.7) too.
+    let o = headroom(&["diagnose", "--from", &fixture(QUEUEING), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    for name in ["server_itl_p50_s", "server_itl_p95_s", "server_itl_p99_s"] {
+        let f = v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["figures"].as_array().unwrap())
+            .find(|f| f["name"] == name)
+            .unwrap();
+        assert_eq!(f["value"], 0.01, "{name}");
+        assert_eq!(f["bound"], "upper", "{name}");
+    }
+    // a quantile beyond the first bucket carries no bound
+    assert_eq!(figure(&v, 1, "queue_time_p95_s"), 2.4);
+    let t = headroom(&["diagnose", "--from", &fixture(QUEUEING)]);
+    let text = stdout(&t);
+    assert!(
+        text.contains("upper bound only: ≤ 0.01 s: the rank falls in the first bucket [0, 0.01] s"),
+        "{text}"
+    );
+}
+
+#[test]
+fn unbounded_or_timeless_files_are_refused() {
+    if Path::new("/dev/zero").exists() {
+        assert_bad(
+            &headroom(&["diagnose", "--from", "/dev/zero"]),
+            &["/dev/zero", "larger than 32 MiB"],
+        );
+    }
+    let dir = tempdir();
+    let body = std::fs::read_to_string(fixture(QUEUEING)).unwrap();
+    let a = write(dir.path(), "a.prom", &body);
+    let b = write(dir.path(), "b.prom", &body);
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(1_767_000_000);
+    for p in [&a, &b] {
+        std::fs::File::options()
+            .write(true)
+            .open(p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+    assert_bad(
+        &headroom(&[
+            "diagnose",
+            "--from",
+            a.to_str().unwrap(),
+            "--from",
+            b.to_str().unwrap(),
+        ]),
+        &["both at 1767000000.000", "FILE@unix_seconds"],
+    );
+}
+
+#[test]
+fn prometheus_urls_are_joined_and_never_shown_with_secrets() {
+    // not a Prometheus: a JSON API of something else
+    let port = canned_server(
+        "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 22\r\nConnection: close\r\n\r\n{\"detail\":\"Not Found\"}".to_owned(),
+        1,
+    );
+    let url = format!("http://u:PWSECRET@127.0.0.1:{port}/?token=QSECRET");
+    let o = headroom(&["diagnose", "--prometheus", &url]);
+    assert_bad(
+        &o,
+        &[
+            &format!("http://127.0.0.1:{port}/api/v1/label/__name__/values?start="),
+            "HTTP 404 Not Found (application/json)",
+            "does not look like a Prometheus HTTP API",
+        ],
+    );
+    assert!(!stderr(&o).contains("SECRET"), "{}", stderr(&o));
+    // unreachable: still no secret
+    let o = headroom(&[
+        "diagnose",
+        "--prometheus",
+        "http://u:PWSECRET@127.0.0.1:9/?token=QSECRET",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!stderr(&o).contains("SECRET"), "{}", stderr(&o));
+    // a range far beyond what any server keeps
+    assert_bad(
+        &headroom(&[
+            "diagnose",
+            "--prometheus",
+            "http://127.0.0.1:9",
+            "--range",
+            "99999999999999999999h",
+        ]),
+        &["--range", "longer than 90 days"],
+    );
+}

@@ -118,6 +118,13 @@ impl Assessment {
     }
 }
 
+/// How a quantile figure or objective reading that is only an upper bound starts (a step
+/// [`Figure::source`], an objective's `reason` after `server-side (…), <verdict word>: `): the
+/// rank fell into the histogram's first bucket `[0, le₀]`
+/// ([`headroom_signals::Quantile::upper_bound_only`]), the value shown is `le₀`, and it reads
+/// "at most". `headroom diagnose --format json` marks such entries with `"bound": "upper"`.
+pub const UPPER_BOUND_ONLY: &str = "upper bound only: ≤";
+
 /// Prefix of the notes that report corrupt data ([`headroom_signals::DataWarning`]), so that
 /// readers and scripts can pick them out: `data warning: <metric><series>: <what was wrong>;
 /// rejected, no figure uses <metric>`.
@@ -381,7 +388,8 @@ fn latency_objective(
     };
     let need = min_samples_for_percentile(percentile);
     let q = h.quantile(percentile / 100.0);
-    let observed = q.map(|q| q.value);
+    // In the first bucket only "≤ le₀" is known: report the bound, never PromQL's interpolation.
+    let observed = q.map(|q| q.reported());
     let bracket = q
         .map(|q| format!("between {} and {} s", q.lower, q.upper))
         .unwrap_or_default();
@@ -394,6 +402,32 @@ fn latency_objective(
             samples,
             format!(
                 "server-side ({metric}): {samples} observations, fewer than the {need} needed for p{percentile}"
+            ),
+        );
+    }
+    if let Some(q) = q.filter(|q| q.upper_bound_only) {
+        let le0 = q.upper;
+        let (verdict, why) = if le0 <= threshold_s {
+            (
+                Verdict::Pass,
+                format!("holds: {UPPER_BOUND_ONLY} {le0} s, and {le0} s is within the threshold"),
+            )
+        } else {
+            (
+                Verdict::Inconclusive,
+                format!(
+                    "undecided: {UPPER_BOUND_ONLY} {le0} s; the first bucket [0, {le0}] s is wider than the threshold {threshold_s} s, so the histogram cannot tell"
+                ),
+            )
+        };
+        return ObjectiveResult::new(
+            o,
+            threshold_s,
+            observed,
+            verdict,
+            samples,
+            format!(
+                "server-side ({metric}), {why} (p{percentile} of {samples} observations falls in the first bucket)"
             ),
         );
     }

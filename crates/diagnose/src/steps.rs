@@ -44,17 +44,30 @@ fn quantiles(b: &mut StepBuilder, w: &Window, sig: Signal, name: &str) {
     let Some(h) = w.histogram(sig) else { return };
     for q in [0.5, 0.95, 0.99] {
         if let Some(x) = h.quantile(q) {
-            b.fig(
-                &format!("{name}_p{}_s", (q * 100.0).round()),
-                Some(x.value),
-                "s",
+            let source = if x.upper_bound_only {
+                // PromQL would interpolate inside [0, le₀]: a made-up point. Say the bound.
+                format!(
+                    "{} {} s: the rank falls in the first bucket [0, {}] s of {} ({} observations), so the histogram cannot place it lower",
+                    crate::UPPER_BOUND_ONLY,
+                    x.upper,
+                    x.upper,
+                    src(w, sig),
+                    x.observations
+                )
+            } else {
                 format!(
                     "histogram_quantile({q}) of {} over {} observations; truth between {} and {} s",
                     src(w, sig),
                     x.observations,
                     x.lower,
                     x.upper
-                ),
+                )
+            };
+            b.fig(
+                &format!("{name}_p{}_s", (q * 100.0).round()),
+                Some(x.reported()),
+                "s",
+                source,
             );
         }
     }

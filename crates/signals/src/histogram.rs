@@ -15,7 +15,9 @@
 //!   the first bucket) and its `le`;
 //! * if that is the `+Inf` bucket, the answer is the highest finite `le` (and the truth is only
 //!   known to be above it);
-//! * if it is the first bucket and that bucket's `le` ≤ 0, the answer is that `le`.
+//! * if it is the first bucket and that bucket's `le` ≤ 0, the answer is that `le`;
+//! * if it is the first bucket and its `le` > 0, PromQL interpolates in `[0, le]`; the truth is
+//!   only known to be ≤ `le`, which [`Quantile::upper_bound_only`] records.
 
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +58,35 @@ pub struct Quantile {
     pub forced_monotonic: bool,
     /// Observations behind the estimate (count of the `+Inf` bucket).
     pub observations: f64,
+    /// The rank fell into the first bucket `[0, le₀]` (with `le₀ > 0`): the histogram only says
+    /// the quantile is **at most** `upper`. PromQL still interpolates inside that bucket as if
+    /// observations were spread evenly from 0 (vLLM's queue-time p95 of "285 ms" with a first
+    /// bucket of 0.3 s and a mean of 1 ms), so [`Quantile::value`] is no figure to show; use
+    /// [`Quantile::reported`] / [`Quantile::describe`].
+    #[serde(default)]
+    pub upper_bound_only: bool,
+}
+
+impl Quantile {
+    /// The value to report: `upper` when [`Quantile::upper_bound_only`] (read it as "≤"),
+    /// otherwise the PromQL value.
+    pub fn reported(&self) -> f64 {
+        if self.upper_bound_only {
+            self.upper
+        } else {
+            self.value
+        }
+    }
+
+    /// The figure in words with `fmt` formatting a value: `≤ 300 ms` when only the upper bound is
+    /// known, otherwise the value alone (`812 ms`).
+    pub fn describe(&self, fmt: impl Fn(f64) -> String) -> String {
+        if self.upper_bound_only {
+            format!("≤ {}", fmt(self.upper))
+        } else {
+            fmt(self.value)
+        }
+    }
 }
 
 impl Histogram {
@@ -129,6 +160,7 @@ impl Histogram {
             upper,
             forced_monotonic,
             observations,
+            upper_bound_only: idx == 0 && b[0].le > 0.0,
         };
         if idx == b.len() - 1 {
             let top = b[b.len() - 2].le;
@@ -260,6 +292,42 @@ mod tests {
         assert_eq!((q.lower, q.upper), (0.0, 0.1));
         // p100: rank 10 reached at le=1.0 (first bucket with count ≥ 10).
         assert_eq!(x.quantile(1.0).unwrap().value, 1.0);
+    }
+
+    #[test]
+    fn a_rank_in_the_first_bucket_is_an_upper_bound_only() {
+        // vLLM's queue time: first bucket le=0.3; 20 of 20 observations there (p95 rank 19).
+        // PromQL interpolates 0.3 × 19/20 = 0.285 s; the histogram only knows "≤ 0.3 s".
+        let x = h(&[(0.3, 20.0), (0.5, 20.0), (INF, 20.0)]);
+        let q = x.quantile(0.95).unwrap();
+        assert!(
+            (q.value - 0.285).abs() < 1e-12,
+            "PromQL value kept: {}",
+            q.value
+        );
+        assert!(q.upper_bound_only);
+        assert_eq!((q.lower, q.upper), (0.0, 0.3));
+        assert_eq!(q.reported(), 0.3);
+        assert_eq!(q.describe(|v| format!("{v} s")), "≤ 0.3 s");
+        // a rank beyond the first bucket is a point estimate, as is one at a bound ≤ 0
+        let x = h(&[(0.1, 2.0), (0.5, 8.0), (INF, 10.0)]);
+        let q = x.quantile(0.5).unwrap();
+        assert!(!q.upper_bound_only);
+        assert_eq!(q.reported(), q.value);
+        assert_eq!(q.describe(|v| format!("{v:.1} s")), "0.3 s");
+        assert!(
+            !h(&[(-1.0, 5.0), (1.0, 10.0), (INF, 10.0)])
+                .quantile(0.2)
+                .unwrap()
+                .upper_bound_only
+        );
+        // the +Inf bucket is the other end (only "above the highest bound"), not this flag
+        assert!(
+            !h(&[(0.1, 1.0), (INF, 10.0)])
+                .quantile(0.9)
+                .unwrap()
+                .upper_bound_only
+        );
     }
 
     #[test]

@@ -1,0 +1,106 @@
+//! A quantile whose rank falls in the first bucket `[0, le₀]` is only known to be ≤ le₀: every
+//! figure and objective shows the bound, never PromQL's interpolation inside the bucket.
+
+use headroom_core::{LatencySignal, Objective, SloSpec, Verdict};
+use headroom_diagnose::{UPPER_BOUND_ONLY, assess};
+use headroom_signals::{Scrape, Window, WindowOptions};
+
+/// vLLM's queue-time buckets start at 0.3 s. 40 requests, all queued ≤ 0.3 s, mean 1.2 ms
+/// (sum 0.048 s); TTFT: 10 ≤ 0.1 s, 40 ≤ 0.5 s (p95 in the second bucket: a point estimate).
+fn window() -> Window {
+    let l = r#"engine="0",model_name="m""#;
+    let body = format!(
+        "# TYPE vllm:request_success_total counter
+vllm:request_success_total{{{l},finished_reason=\"stop\"}} 40
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_bucket{{{l},le=\"0.3\"}} 40
+vllm:request_queue_time_seconds_bucket{{{l},le=\"0.5\"}} 40
+vllm:request_queue_time_seconds_bucket{{{l},le=\"+Inf\"}} 40
+vllm:request_queue_time_seconds_sum{{{l}}} 0.048
+vllm:request_queue_time_seconds_count{{{l}}} 40
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{{{l},le=\"0.1\"}} 10
+vllm:time_to_first_token_seconds_bucket{{{l},le=\"0.5\"}} 40
+vllm:time_to_first_token_seconds_bucket{{{l},le=\"+Inf\"}} 40
+vllm:time_to_first_token_seconds_sum{{{l}}} 8
+vllm:time_to_first_token_seconds_count{{{l}}} 40
+"
+    );
+    let s = Scrape::from_body("t.prom", body, 1000.0, None).unwrap();
+    Window::from_scrapes(&[s], &[], &WindowOptions::default()).unwrap()
+}
+
+fn queue(percentile: f64, threshold_s: f64) -> Objective {
+    Objective::Latency {
+        signal: LatencySignal::QueueTime,
+        percentile,
+        threshold_s,
+    }
+}
+
+#[test]
+fn first_bucket_quantiles_are_upper_bounds_everywhere() {
+    let w = window();
+    let slo = SloSpec {
+        objectives: vec![queue(95.0, 0.3), queue(95.0, 0.1), queue(95.0, 0.5)],
+    };
+    let a = assess(&w, None, &slo);
+    // le₀ = 0.3 ≤ 0.3 and ≤ 0.5: the bound proves it; 0.3 > 0.1: cannot tell
+    let verdicts: Vec<Verdict> = a.objectives.iter().map(|o| o.verdict).collect();
+    assert_eq!(
+        verdicts,
+        vec![Verdict::Pass, Verdict::Inconclusive, Verdict::Pass]
+    );
+    for o in &a.objectives {
+        // the bound, not 0.3 × 38/40 = 0.285
+        assert_eq!(o.observed, Some(0.3), "{}", o.id);
+        assert!(
+            o.reason.contains(&format!("{UPPER_BOUND_ONLY} 0.3 s")),
+            "{}",
+            o.reason
+        );
+        assert!(!o.reason.contains("0.285"), "{}", o.reason);
+    }
+    assert!(
+        a.objectives[1]
+            .reason
+            .contains("wider than the threshold 0.1 s")
+    );
+    // step figures: every queue-time quantile is the bound, marked; TTFT p95 is a point
+    let figs: Vec<_> = a.steps.iter().flat_map(|s| &s.figures).collect();
+    for name in ["queue_time_p50_s", "queue_time_p95_s", "queue_time_p99_s"] {
+        let f = figs.iter().find(|f| f.name == name).unwrap();
+        assert_eq!(f.value, 0.3, "{name}");
+        assert!(
+            f.source.starts_with(UPPER_BOUND_ONLY),
+            "{name}: {}",
+            f.source
+        );
+    }
+    // TTFT p95: rank 38 in (0.1, 0.5]: 0.1 + 0.4 × (38 − 10)/30 = 0.47333…
+    let t = figs.iter().find(|f| f.name == "server_ttft_p95_s").unwrap();
+    assert!(
+        (t.value - (0.1 + 0.4 * 28.0 / 30.0)).abs() < 1e-9,
+        "{}",
+        t.value
+    );
+    assert!(!t.source.starts_with(UPPER_BOUND_ONLY));
+}
+
+#[test]
+fn too_few_observations_stay_inconclusive_even_in_the_first_bucket() {
+    // p99.9 needs 1000 observations; 40 are not enough whatever the bound says
+    let a = assess(
+        &window(),
+        None,
+        &SloSpec {
+            objectives: vec![queue(99.9, 0.3)],
+        },
+    );
+    assert_eq!(a.objectives[0].verdict, Verdict::Inconclusive);
+    assert!(
+        a.objectives[0]
+            .reason
+            .contains("fewer than the 1000 needed")
+    );
+}
