@@ -4,7 +4,12 @@
 //! wake-ups (the connection task reads and decodes it, the request task consumes it). Here the
 //! request's task polls the connection itself ([`drive`]): the connection future
 //! (`hyper::client::conn::http1::Connection`) and the response or body are polled together, so a
-//! frame is read, decoded and consumed in one task poll. Nothing polls an idle connection; a
+//! frame is read, decoded and consumed in one task poll. The wake-ups that hyper's internal
+//! channels send while this poll is under way (the body saying it wants the next frame, the
+//! connection saying it produced one) are absorbed by a relay waker and turned into another
+//! round of the same poll, instead of re-scheduling the task for a poll that would find
+//! nothing new; wake-ups from outside (the socket, the timer) pass through to the task. Nothing
+//! polls an idle connection; a
 //! connection the server closed while it sat in the pool is noticed when it is taken out (its
 //! first poll reads the EOF), and a request that such a connection refused unsent goes to the
 //! next one, as hyper-util's pooled client does.
@@ -13,6 +18,7 @@
 //! flight holds its connection, so there are as many connections as streams.
 
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -20,8 +26,9 @@ use hyper::client::conn::http1::{Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
-use std::sync::Mutex;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
@@ -29,6 +36,51 @@ use tokio::net::TcpStream;
 pub(crate) struct ConnDriver {
     conn: Connection<TokioIo<TcpStream>, Full<Bytes>>,
     ended: bool,
+    relay: Arc<Relay>,
+    /// `relay` as a waker (made once).
+    waker: Waker,
+}
+
+/// The waker given to the connection and to what waits on it: while [`poll_driven`] runs, a
+/// wake-up only marks that another round is needed; otherwise it wakes the task.
+struct Relay {
+    task: AtomicWaker,
+    polling: AtomicBool,
+    woken: AtomicBool,
+}
+
+impl Wake for Relay {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.polling.load(Ordering::SeqCst) {
+            self.woken.store(true, Ordering::SeqCst);
+        } else {
+            self.task.wake();
+        }
+    }
+}
+
+/// Rounds of one [`poll_driven`] call before a wake-up that keeps coming (tokio's cooperative
+/// budget asking the task to yield) is passed to the task.
+const MAX_ROUNDS: u32 = 8;
+
+impl ConnDriver {
+    fn new(conn: Connection<TokioIo<TcpStream>, Full<Bytes>>) -> ConnDriver {
+        let relay = Arc::new(Relay {
+            task: AtomicWaker::new(),
+            polling: AtomicBool::new(false),
+            woken: AtomicBool::new(false),
+        });
+        ConnDriver {
+            conn,
+            ended: false,
+            waker: Waker::from(relay.clone()),
+            relay,
+        }
+    }
 }
 
 /// One HTTP/1.1 connection: the request sender and the connection future.
@@ -48,6 +100,32 @@ pub(crate) fn poll_driven<T>(
     conn: &mut ConnDriver,
     cx: &mut Context<'_>,
     mut f: impl FnMut(&mut Context<'_>) -> Poll<T>,
+) -> Poll<T> {
+    let relay = conn.relay.clone();
+    relay.task.register(cx.waker());
+    let waker = conn.waker.clone();
+    let mut inner = Context::from_waker(&waker);
+    for _ in 0..MAX_ROUNDS {
+        relay.woken.store(false, Ordering::SeqCst);
+        relay.polling.store(true, Ordering::SeqCst);
+        let r = poll_round(conn, &mut inner, &mut f);
+        relay.polling.store(false, Ordering::SeqCst);
+        // Ready: the caller polls again as soon as it has used the value, so a wake-up from
+        // this round needs no other action. Pending: a wake-up during the round (checked after
+        // `polling` is cleared, so none is lost) means there may be progress to make now.
+        if r.is_ready() || !relay.woken.load(Ordering::SeqCst) {
+            return r;
+        }
+    }
+    cx.waker().wake_by_ref();
+    Poll::Pending
+}
+
+/// One round: `f`, the connection, `f` again.
+fn poll_round<T>(
+    conn: &mut ConnDriver,
+    cx: &mut Context<'_>,
+    f: &mut impl FnMut(&mut Context<'_>) -> Poll<T>,
 ) -> Poll<T> {
     loop {
         if let Poll::Ready(v) = f(cx) {
@@ -153,7 +231,7 @@ impl Pool {
             .map_err(|e| format!("HTTP handshake failed: {}", describe(&e)))?;
         Ok(Link {
             tx,
-            conn: ConnDriver { conn, ended: false },
+            conn: ConnDriver::new(conn),
             idle_since: Instant::now(),
         })
     }
