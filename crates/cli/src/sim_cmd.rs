@@ -208,8 +208,14 @@ mod tests {
             (&["--time-scale", "nan"][..], "time_scale"),
             (&["--time-scale=-1"], "time_scale"),
             (&["--time-scale", "inf"], "time_scale"),
-            (&["--gpu-memory-utilization", "nan"], "gpu_memory_utilization"),
-            (&["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
+            (
+                &["--gpu-memory-utilization", "nan"],
+                "gpu_memory_utilization",
+            ),
+            (
+                &["--gpu-memory-utilization", "1.5"],
+                "gpu_memory_utilization",
+            ),
             (&["--power-cap-w", "nan"], "power_cap_w"),
             (&["--xid-at-s=-3"], "xid_at_s"),
         ] {
