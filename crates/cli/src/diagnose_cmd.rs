@@ -72,7 +72,8 @@ pub struct DiagnoseArgs {
     /// With --from RUN_DIR: the level index to diagnose (default: every level).
     #[arg(long)]
     pub level: Option<u32>,
-    /// SLO file (default: the built-in SLO, `headroom sweep --print-defaults`).
+    /// SLO file (default: with --from RUN_DIR the run's own `slo.yaml`, else the built-in SLO,
+    /// `headroom sweep --print-defaults`).
     #[arg(long)]
     pub slo: Option<PathBuf>,
     /// Request class whose objectives apply (its own entry merged over `"*"`).
@@ -261,12 +262,14 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
             },
             None => levels.into_iter().collect(),
         };
+        let starts = measurement_starts(Path::new(one));
         let mut out = Vec::new();
-        for (level, l) in chosen {
+        for (level, mut l) in chosen {
             if l.engine.is_empty() {
                 eprintln!("warning: {one} level {level}: only dcgm-exporter scrapes; skipped");
                 continue;
             }
+            measurement_window_only(&mut l, &starts);
             let window = window_of(&l.engine, &l.dcgm, sel)
                 .with_context(|| format!("{one} level {level}"))?;
             out.push(Read {
@@ -298,6 +301,51 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
         location: a.from.join(", "),
         level: None,
     }])
+}
+
+/// Start of every level's measurement window (`started_unix_s` in the run's `results.json`),
+/// in no particular order; empty when the file is missing or unreadable (then a level's whole
+/// span is diagnosed, warm-up included).
+fn measurement_starts(run_dir: &Path) -> Vec<f64> {
+    let Ok(text) = std::fs::read_to_string(run_dir.join("results.json")) else {
+        return Vec::new();
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Vec::new();
+    };
+    v["phases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["levels"].as_array().into_iter().flatten())
+        .filter_map(|l| l["started_unix_s"].as_f64())
+        .collect()
+}
+
+/// Keeps a sweep level's scrapes from the one taken when its warm-up ended, as the sweep itself
+/// judged the level: requests of the warm-up burst (queued behind each other when the level
+/// started) would otherwise weigh in the engine's TTFT and queue-time histograms. The level's
+/// window start is the `results.json` start that falls inside its scrapes' time span; with
+/// none, or fewer than two engine scrapes left, the whole span stays (and a note says so).
+fn measurement_window_only(l: &mut Loaded, starts: &[f64]) {
+    const SLACK_S: f64 = 0.25;
+    let (Some(first), Some(last)) = (l.engine.first(), l.engine.last()) else {
+        return;
+    };
+    let (t0, t1) = (first.at_unix_s, last.at_unix_s);
+    let Some(start) = starts
+        .iter()
+        .copied()
+        .find(|&s| s >= t0 - SLACK_S && s <= t1)
+    else {
+        return;
+    };
+    let keep = |x: &Scrape| x.at_unix_s >= start - SLACK_S;
+    if l.engine.iter().filter(|x| keep(x)).count() < 2 {
+        return;
+    }
+    l.engine.retain(keep);
+    l.dcgm.retain(keep);
 }
 
 fn source_of(r: &Read) -> DiagnosisSource {
@@ -374,7 +422,21 @@ fn mark_upper_bounds(v: &mut serde_json::Value) {
 /// Bad input, each message naming the file, URL or flag (the caller exits with status 2).
 pub async fn run(a: DiagnoseArgs) -> Result<i32> {
     let sel = selection(&a.selector)?;
-    let spec = load_slo(a.slo.as_deref(), &a.class)?;
+    // A run directory's own SLO (the sweep writes it as RUN_DIR/slo.yaml) unless --slo is given.
+    let run_slo = match (&a.slo, a.from.as_slice()) {
+        (None, [one]) if Path::new(one).is_dir() => {
+            let p = Path::new(one).join("slo.yaml");
+            p.is_file().then(|| {
+                eprintln!(
+                    "headroom diagnose: judging against the run's SLO, {}",
+                    p.display()
+                );
+                p
+            })
+        }
+        _ => None,
+    };
+    let spec = load_slo(a.slo.as_deref().or(run_slo.as_deref()), &a.class)?;
     let reads = read_windows(&a, &sel).await?;
     let mut ds = Vec::new();
     for r in &reads {

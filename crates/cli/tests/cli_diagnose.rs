@@ -270,6 +270,81 @@ fn run_directory_per_level_or_all() {
     assert!(stderr(&o).contains("levels 0, 1"), "{}", stderr(&o));
 }
 
+/// A sweep level is diagnosed over its measurement window, as the sweep judged it: from the
+/// scrape taken when the warm-up ended (results.json `started_unix_s`), not from the level's
+/// first scrape; and against the run's own slo.yaml unless --slo is given.
+#[test]
+fn run_directory_levels_use_their_measurement_window_and_slo() {
+    let dir = tempdir();
+    let scrapes = dir.path().join("scrapes");
+    std::fs::create_dir(&scrapes).unwrap();
+    for (seq, (name, at)) in [
+        ("v0.32-cpu-idle.prom", "1767000000.000"),
+        ("v0.32-cpu-pre-burst.prom", "1767000010.000"),
+        ("v0.32-cpu-after-burst-c16.prom", "1767000020.000"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        std::fs::copy(
+            format!("{}/../../fixtures/vllm/{name}", env!("CARGO_MANIFEST_DIR")),
+            scrapes.join(format!("L000-{seq:04}-engine@{at}.prom")),
+        )
+        .unwrap();
+    }
+    let d = dir.path().to_str().unwrap();
+    // Without results.json the whole span: 3 scrapes from t = 1767000000.
+    let o = headroom(&["diagnose", "--from", d, "--level", "0", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["source"]["scrapes"], 3);
+    assert_eq!(v["source"]["start_unix_s"], 1767000000.0);
+    // With it, the measurement window: the pre-burst scrape onward (2 scrapes, 10 s), so the
+    // 11 requests that started before it are not counted (27 − 11 = 16 TTFT observations).
+    write(
+        dir.path(),
+        "results.json",
+        r#"{"phases": [{"levels": [{"started_unix_s": 1767000010.05}]}]}"#,
+    );
+    write(
+        dir.path(),
+        "slo.yaml",
+        "objectives:\n  \"*\": {ttft: {p90: 5s}}\n",
+    );
+    let o = headroom(&["diagnose", "--from", d, "--level", "0", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("judging against the run's SLO"),
+        "{}",
+        stderr(&o)
+    );
+    let v = json(&o);
+    assert_eq!(v["source"]["scrapes"], 2);
+    assert_eq!(v["source"]["start_unix_s"], 1767000010.0);
+    let obs = v["objectives"].as_array().unwrap();
+    assert_eq!(obs.len(), 1, "only the run's SLO: {obs:?}");
+    assert_eq!(obs[0]["id"], "ttft_p90");
+    assert_eq!(obs[0]["samples"], 16);
+    // --slo still wins.
+    let other = write(
+        dir.path(),
+        "other.yaml",
+        "objectives:\n  \"*\": {ttft: {p50: 9s}}\n",
+    );
+    let o = headroom(&[
+        "diagnose",
+        "--from",
+        d,
+        "--level",
+        "0",
+        "--slo",
+        other.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(json(&o)["objectives"][0]["id"], "ttft_p50");
+}
+
 fn assert_bad(o: &Output, needles: &[&str]) {
     assert_eq!(
         o.status.code(),

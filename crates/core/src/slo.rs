@@ -134,9 +134,16 @@ pub struct ClassObjectives {
 }
 
 /// A percentile key such as `p95` or `p99.9`, stored as thousandths of a percent so it orders
-/// and compares exactly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+/// and compares exactly. Serialises as it is written in `slo.yaml` (`"p95"`, `"p99.9"`), so the
+/// SLO recorded in a run's `manifest.json` reads `{"ttft": {"p95": 0.3}}` (seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PctKey(pub u32);
+
+impl Serialize for PctKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("p{}", fmt_pct(self.value())))
+    }
+}
 
 impl PctKey {
     /// The percentile as a number in (0, 100).
@@ -559,6 +566,20 @@ mod tests {
             assert!(!e.contains("error:") && !e.contains("<input>"), "{e}");
             assert!(e.contains(needle), "{needle} not in: {e}");
         }
+    }
+
+    #[test]
+    fn percentile_keys_serialise_as_written() {
+        let f = parse(
+            "objectives:\n  \"*\": {ttft: {p95: 300ms, p99.9: 1s}, itl: {p50: 20ms, p99.99: 80ms}}\n",
+        )
+        .unwrap();
+        let v = serde_json::to_value(&f).unwrap();
+        let o = &v["objectives"]["*"];
+        assert_eq!(o["ttft"]["p95"], serde_json::json!(0.3));
+        assert_eq!(o["ttft"]["p99.9"], serde_json::json!(1.0));
+        assert_eq!(o["itl"]["p50"], serde_json::json!(0.02));
+        assert_eq!(o["itl"]["p99.99"], serde_json::json!(0.08));
     }
 
     #[test]
