@@ -23,7 +23,7 @@
 //! chunk count. Run under `valgrind --tool=callgrind --separate-threads=yes` at two request
 //! counts, the difference of the main thread's instruction counts divided by the difference of
 //! the chunk counts is the client's instructions per chunk, free of machine noise and of the
-//! fixed cost of start-up (see BENCHMARKS.md for the exact commands).
+//! fixed cost of start-up; `crates/load/benches/client_instructions.sh` does exactly that.
 
 use headroom_core::LatencySignal;
 use headroom_load::arrivals::{ArrivalProcess, LevelMode};
