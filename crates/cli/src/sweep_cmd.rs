@@ -125,23 +125,13 @@ impl Progress for Bars {
         if let Ok(mut b) = self.bar.lock()
             && let Some(pb) = b.take()
         {
-            let failed: Vec<&str> = l
-                .objectives
-                .iter()
-                .filter(|o| o.verdict != headroom_core::Verdict::Pass)
-                .map(|o| o.id.as_str())
-                .collect();
             pb.finish_and_clear();
+            // Failed and inconclusive objectives apart: `FAIL (error_rate; inconclusive: …)`.
             eprintln!(
-                "  {phase}: {} {}: {}{}",
+                "  {phase}: {} {}: {}",
                 headroom_core::slo::fmt_num(l.load),
                 l.mode.unit(),
-                l.verdict.as_str(),
-                if failed.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", failed.join(", "))
-                }
+                l.verdict_line()
             );
         }
     }
@@ -422,16 +412,18 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
             }
         });
     }
-    let write_errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    // What each run file's latest write did, so the closing line names only files that exist.
+    let files: Arc<Mutex<FileLog>> = Arc::default();
     let on_result = {
         let dir = run_dir.clone();
-        let errs = write_errors.clone();
+        let files = files.clone();
         move |r: &RunResult| {
-            if let Err(e) = headroom_report::write_run_files(&dir, r)
-                && let Ok(mut v) = errs.lock()
-            {
-                v.push(e.to_string());
-            }
+            let got = headroom_report::write_run_files(&dir, r);
+            let mut log = files
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            log.record(&got);
+            got.map(|_| ()).map_err(|e| e.to_string())
         }
     };
     let progress = Bars {
@@ -462,13 +454,11 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         h.shutdown().await;
     }
     println!("{}", headroom_report::terminal::render(&result));
-    println!(
-        "Run directory: {} (report.html, report.md, results.json, levels.csv)",
-        run_dir.display()
-    );
-    if let Ok(v) = write_errors.lock()
-        && let Some(e) = v.last()
-    {
+    let log = files
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    println!("{}", log.describe(&run_dir));
+    if let Some(e) = &log.error {
         bail!("could not write the run directory: {e}");
     }
     Ok(match &result.status {
@@ -476,6 +466,51 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         headroom_core::run::RunStatus::Stopped { .. } => 1,
         _ => 0,
     })
+}
+
+/// What the writes of the run files did: which files the latest write put in place, which exist
+/// only from an earlier write, and the last error.
+#[derive(Debug, Default)]
+struct FileLog {
+    /// Written by the latest write (current).
+    current: Vec<&'static str>,
+    /// Written by some earlier write but not the latest (they hold older results).
+    stale: Vec<&'static str>,
+    /// The latest write's error.
+    error: Option<String>,
+}
+
+impl FileLog {
+    fn record(&mut self, got: &Result<Vec<&'static str>, headroom_report::RunFilesError>) {
+        let (now, error) = match got {
+            Ok(w) => (w.clone(), None),
+            Err(e) => (e.written.clone(), Some(e.to_string())),
+        };
+        let mut ever: Vec<&'static str> = self.current.iter().chain(&self.stale).copied().collect();
+        ever.retain(|f| !now.contains(f));
+        self.stale = ever;
+        self.current = now;
+        self.error = error;
+    }
+
+    /// The closing line: the run directory and only the files that exist in it.
+    fn describe(&self, dir: &Path) -> String {
+        let mut s = format!("Run directory: {}", dir.display());
+        if self.current.is_empty() && self.stale.is_empty() {
+            s.push_str(" (no results file could be written)");
+            return s;
+        }
+        if !self.current.is_empty() {
+            s.push_str(&format!(" ({})", self.current.join(", ")));
+        }
+        if !self.stale.is_empty() {
+            s.push_str(&format!(
+                "; from an earlier level only (the last write failed): {}",
+                self.stale.join(", ")
+            ));
+        }
+        s
+    }
 }
 
 /// `--warmup` / `--measure` in seconds, checked as the workload's `warmup` / `measure` are.
@@ -499,28 +534,37 @@ fn flag_scrape_interval(secs: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// The command line with the values of secret-looking flags removed.
+/// The command line as stored in `manifest.json`: every URL without its userinfo and query
+/// ([`redact_url`]), whatever the form — `--flag URL`, `--flag=URL`, `NAME=URL` — and the value
+/// of every secret-looking flag or variable (`key`, `token`, `secret`, `password`, `auth` in its
+/// name; not `--api-key-env`, whose value names a variable, nor `--tokenizer`) replaced by
+/// `<redacted>`.
 fn redact_argv(argv: &[String]) -> Vec<String> {
+    fn secret_name(name: &str) -> bool {
+        let l = name.to_lowercase();
+        ["key", "token", "secret", "password", "passwd", "auth"]
+            .iter()
+            .any(|w| l.contains(w))
+            && !l.ends_with("-env")
+            && !l.starts_with("--tokenizer")
+    }
     let mut out = Vec::with_capacity(argv.len());
     let mut hide_next = false;
     for a in argv {
-        if hide_next {
+        if std::mem::take(&mut hide_next) {
             out.push("<redacted>".into());
-            hide_next = false;
             continue;
         }
-        let lower = a.to_lowercase();
-        if lower.contains("key") || lower.contains("token") || lower.contains("secret") {
-            if let Some((k, _)) = a.split_once('=') {
-                out.push(format!("{k}=<redacted>"));
-            } else {
+        // `NAME=VALUE` (a flag or a variable), unless the first `=` is inside a URL's query.
+        match a.split_once('=').filter(|(k, _)| !k.contains("://")) {
+            Some((k, _)) if secret_name(k) => out.push(format!("{k}=<redacted>")),
+            Some((k, v)) if v.contains("://") => out.push(format!("{k}={}", redact_url(v))),
+            Some(_) => out.push(a.clone()),
+            None if a.contains("://") => out.push(redact_url(a)),
+            None => {
+                hide_next = a.starts_with('-') && secret_name(a);
                 out.push(a.clone());
-                hide_next = a.starts_with("--") && !lower.contains("env") && lower != "--tokenizer";
             }
-        } else if a.contains("://") {
-            out.push(redact_url(a));
-        } else {
-            out.push(a.clone());
         }
     }
     out
@@ -528,25 +572,60 @@ fn redact_argv(argv: &[String]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    /// The closing line names exactly the files that exist: none, the current ones, and those
+    /// left from an earlier write.
+    #[test]
+    fn the_closing_line_names_only_written_files() {
+        use std::path::Path;
+        let err = |written: Vec<&'static str>, file| {
+            Err(headroom_report::RunFilesError {
+                written,
+                file,
+                source: std::io::Error::other("No space left on device"),
+            })
+        };
+        let dir = Path::new("runs/x");
+        let mut log = super::FileLog::default();
+        log.record(&err(vec![], "results.json"));
+        assert_eq!(
+            log.describe(dir),
+            "Run directory: runs/x (no results file could be written)"
+        );
+        assert!(log.error.as_deref().unwrap().contains("No space"));
+        log.record(&Ok(headroom_report::RUN_FILES.to_vec()));
+        assert_eq!(
+            log.describe(dir),
+            "Run directory: runs/x (results.json, levels.csv, report.md, report.html)"
+        );
+        assert_eq!(log.error, None);
+        log.record(&err(vec!["results.json"], "levels.csv"));
+        assert_eq!(
+            log.describe(dir),
+            "Run directory: runs/x (results.json); from an earlier level only (the last write failed): levels.csv, report.md, report.html"
+        );
+    }
+
+    fn redact(a: &[&str]) -> Vec<String> {
+        let a: Vec<String> = a.iter().map(|s| s.to_string()).collect();
+        super::redact_argv(&a)
+    }
+
     #[test]
     fn argv_secrets_removed() {
-        let a: Vec<String> = [
-            "headroom",
-            "sweep",
-            "--api-key",
-            "sk-1",
-            "--target",
-            "http://u:p@h:1",
-            "--token=abc",
-            "--api-key-env",
-            "VAR",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let r = super::redact_argv(&a);
         assert_eq!(
-            r,
+            redact(&[
+                "headroom",
+                "sweep",
+                "--api-key",
+                "sk-1",
+                "--target",
+                "http://u:p@h:1",
+                "--token=abc",
+                "--api-key-env",
+                "VAR",
+                "--tokenizer",
+                "tok.json",
+            ]),
             vec![
                 "headroom",
                 "sweep",
@@ -556,9 +635,52 @@ mod tests {
                 "http://h:1",
                 "--token=<redacted>",
                 "--api-key-env",
-                "VAR"
+                "VAR",
+                "--tokenizer",
+                "tok.json",
             ]
         );
+    }
+
+    /// A URL's userinfo and query go in every form a URL can take on the command line, whatever
+    /// else the argument looks like (the query once held `token=`, which sent the whole
+    /// argument down the secret-flag path and kept `u2:SECRETM@`).
+    #[test]
+    fn urls_lose_credentials_in_every_argv_form() {
+        let url = "http://u2:SECRETM@127.0.0.1:18000/metrics?token=SECRETQ";
+        let clean = "http://127.0.0.1:18000/metrics";
+        for flag in ["--metrics-url", "--target", "--dcgm"] {
+            assert_eq!(redact(&[flag, url]), vec![flag.to_string(), clean.into()]);
+            assert_eq!(
+                redact(&[&format!("{flag}={url}")]),
+                vec![format!("{flag}={clean}")]
+            );
+        }
+        // Variable style and a bare URL.
+        assert_eq!(
+            redact(&[&format!("METRICS_URL={url}")]),
+            vec![format!("METRICS_URL={clean}")]
+        );
+        assert_eq!(redact(&[url]), vec![clean.to_string()]);
+        // A secret flag's value is hidden even when it is a URL.
+        assert_eq!(
+            redact(&["--api-key", url, "--auth-token=x://y"]),
+            vec!["--api-key", "<redacted>", "--auth-token=<redacted>"]
+        );
+        // Secret-looking variables: value hidden, name kept.
+        assert_eq!(
+            redact(&["HF_TOKEN=hf_abc", "DB_PASSWORD=p"]),
+            vec!["HF_TOKEN=<redacted>", "DB_PASSWORD=<redacted>"]
+        );
+        for a in [
+            "--target",
+            url,
+            &format!("--metrics-url={url}"),
+            &format!("X={url}"),
+        ] {
+            let r = redact(&[a]).join(" ");
+            assert!(!r.contains("SECRET"), "{a} -> {r}");
+        }
     }
 }
 

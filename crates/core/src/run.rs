@@ -211,6 +211,67 @@ pub struct LevelResult {
     pub warnings: Vec<String>,
 }
 
+impl LevelResult {
+    /// `(errors + aborts, finished requests)` over [`LevelResult::outcomes`] — the requests of
+    /// the measurement window — counted as the error objective counts them
+    /// ([`crate::Outcome::counts_as_error`]): every outcome but `stop`, `length` and
+    /// `client_cancel` is an error; client cancels are not finished requests. `levels.csv` and
+    /// the reports use this, so their figures are the objective's.
+    pub fn error_counts(&self) -> (u64, u64) {
+        let mut errors = 0;
+        let mut finished = 0;
+        for (label, n) in &self.outcomes {
+            match label.as_str() {
+                "client_cancel" => {}
+                "stop" | "length" => finished += n,
+                _ => {
+                    errors += n;
+                    finished += n;
+                }
+            }
+        }
+        (errors, finished)
+    }
+
+    /// Ids of the objectives that failed, in order.
+    pub fn failed_objectives(&self) -> Vec<&str> {
+        self.objective_ids(Verdict::Fail)
+    }
+
+    /// Ids of the objectives left INCONCLUSIVE, in order.
+    pub fn inconclusive_objectives(&self) -> Vec<&str> {
+        self.objective_ids(Verdict::Inconclusive)
+    }
+
+    fn objective_ids(&self, v: Verdict) -> Vec<&str> {
+        self.objectives
+            .iter()
+            .filter(|o| o.verdict == v)
+            .map(|o| o.id.as_str())
+            .collect()
+    }
+
+    /// The level's verdict with the objectives behind it, failed and inconclusive apart:
+    /// `PASS`, `FAIL (error_rate)`, `FAIL (error_rate; inconclusive: ttft_p95)`,
+    /// `INCONCLUSIVE (inconclusive: queue_time_p95)`.
+    pub fn verdict_line(&self) -> String {
+        let failed = self.failed_objectives();
+        let unsure = self.inconclusive_objectives();
+        let mut parts = Vec::new();
+        if !failed.is_empty() {
+            parts.push(failed.join(", "));
+        }
+        if !unsure.is_empty() {
+            parts.push(format!("inconclusive: {}", unsure.join(", ")));
+        }
+        if parts.is_empty() {
+            self.verdict.as_str().to_string()
+        } else {
+            format!("{} ({})", self.verdict.as_str(), parts.join("; "))
+        }
+    }
+}
+
 /// Capacity found by one phase.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseResult {
@@ -338,6 +399,43 @@ mod tests {
             histograms: String::new(),
             warnings: vec![],
         }
+    }
+
+    #[test]
+    fn error_counts_and_verdict_line_by_hand() {
+        let mut l = level(
+            2.0,
+            Verdict::Fail,
+            &[("ttft_p95", 0.1, 0.3), ("error_rate", 0.2, 0.005)],
+        );
+        for (k, n) in [
+            ("length", 16),
+            ("http_500", 3),
+            ("abort", 1),
+            ("client_cancel", 7),
+        ] {
+            l.outcomes.insert(k.into(), n);
+        }
+        // 3 + 1 errors of 16 + 4 finished; the 7 cancels are neither.
+        assert_eq!(l.error_counts(), (4, 20));
+        l.objectives[1].verdict = Verdict::Fail;
+        assert_eq!(l.verdict_line(), "FAIL (error_rate)");
+        l.objectives[0].verdict = Verdict::Inconclusive;
+        assert_eq!(
+            l.verdict_line(),
+            "FAIL (error_rate; inconclusive: ttft_p95)"
+        );
+        l.objectives[1].verdict = Verdict::Inconclusive;
+        l.verdict = Verdict::Inconclusive;
+        assert_eq!(
+            l.verdict_line(),
+            "INCONCLUSIVE (inconclusive: ttft_p95, error_rate)"
+        );
+        for o in &mut l.objectives {
+            o.verdict = Verdict::Pass;
+        }
+        l.verdict = Verdict::Pass;
+        assert_eq!(l.verdict_line(), "PASS");
     }
 
     #[test]

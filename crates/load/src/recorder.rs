@@ -323,6 +323,10 @@ pub struct LevelTotals {
     /// (`transport`, `protocol`): the engine saw them and ends them as aborts.
     #[serde(default)]
     pub cut_streams: u64,
+    /// Requests that failed in transport (`transport`: refused, reset, unreachable) in a row,
+    /// counted back from the last one to end: a server that is gone ends every request so.
+    #[serde(default)]
+    pub transport_streak: u64,
 }
 
 impl LevelTotals {
@@ -341,6 +345,11 @@ impl LevelTotals {
         {
             self.cut_streams += 1;
         }
+        if r.outcome == Outcome::Transport {
+            self.transport_streak += 1;
+        } else {
+            self.transport_streak = 0;
+        }
     }
 
     /// Adds another shard's totals.
@@ -352,6 +361,8 @@ impl LevelTotals {
         self.prompt_tokens += o.prompt_tokens;
         self.unfinished_chunks += o.unfinished_chunks;
         self.cut_streams += o.cut_streams;
+        // Shards end at different times: the longer streak is the better evidence.
+        self.transport_streak = self.transport_streak.max(o.transport_streak);
     }
 }
 

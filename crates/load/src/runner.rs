@@ -346,6 +346,8 @@ pub async fn run_level_with(
     match mode {
         LevelMode::Concurrency(c) => {
             let c = c.max(1) as usize;
+            let mut hold_until = Instant::now();
+            let mut transport_streak: u32 = 0;
             let mut initial_left = if opts.steady_start && !warmup.is_zero() {
                 c
             } else {
@@ -357,7 +359,7 @@ pub async fn run_level_with(
                 if now >= window_end {
                     break;
                 }
-                while fl.in_flight < c {
+                while fl.in_flight < c && now >= hold_until {
                     let Some(mut d) = mix.next_request().ok() else {
                         break;
                     };
@@ -381,11 +383,24 @@ pub async fn run_level_with(
                 } else {
                     window_end
                 };
+                let wake = if hold_until > now {
+                    wake.min(hold_until)
+                } else {
+                    wake
+                };
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => { interrupted = true; break; }
                     m = rx.recv() => {
                         if let Some(Msg::Done(d)) = m {
+                            // Back off while requests fail in transport (a server that is gone
+                            // refuses at once): 10 ms doubling to 1 s, reset by any answer.
+                            if d.record.outcome == Outcome::Transport {
+                                transport_streak = transport_streak.saturating_add(1);
+                                hold_until = Instant::now() + transport_backoff(transport_streak);
+                            } else {
+                                transport_streak = 0;
+                            }
                             fl.done(d, &mut out, &opts.goodput);
                         }
                     }
@@ -637,6 +652,13 @@ pub async fn run_level_with(
         sse_events: fl.sse_events,
     };
     out
+}
+
+/// Closed loop: how long new requests wait after the `streak`-th transport failure in a row —
+/// 10 ms doubling up to 1 s — so a dead server is not hammered with connection attempts.
+fn transport_backoff(streak: u32) -> Duration {
+    let ms = 10u64.saturating_mul(1u64 << streak.saturating_sub(1).min(10));
+    Duration::from_millis(ms.min(1000))
 }
 
 /// The pacer: sleeps to each intended send time, then launches the request itself (`direct`:

@@ -36,6 +36,7 @@ pub fn render(run: &RunResult) -> String {
             "client_cpu_per_chunk_us",
             "send_lag_p99_ms",
             "failed_objectives",
+            "inconclusive_objectives",
         ]
         .iter()
         .map(|s| s.to_string()),
@@ -52,12 +53,8 @@ pub fn render(run: &RunResult) -> String {
 
 fn row(phase: &str, l: &LevelResult) -> Vec<String> {
     let requests: u64 = l.outcomes.values().sum();
-    let errors: u64 = l
-        .outcomes
-        .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "stop" | "length" | "client_cancel"))
-        .map(|(_, v)| v)
-        .sum();
+    // The error objective's own count (same requests, same rule).
+    let (errors, _) = l.error_counts();
     let cancels = l.outcomes.get("client_cancel").copied().unwrap_or(0);
     let mut r = vec![
         phase.to_string(),
@@ -100,14 +97,8 @@ fn row(phase: &str, l: &LevelResult) -> Vec<String> {
     r.push(fig("preemptions"));
     r.push(format!("{:.3}", l.client.cpu_per_chunk_us));
     r.push(format!("{:.3}", l.client.send_lag_p99_s * 1e3));
-    r.push(
-        l.objectives
-            .iter()
-            .filter(|o| o.verdict == headroom_core::Verdict::Fail)
-            .map(|o| o.id.as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
+    r.push(l.failed_objectives().join(" "));
+    r.push(l.inconclusive_objectives().join(" "));
     r
 }
 
@@ -126,6 +117,7 @@ mod tests {
         assert_eq!(&rows[0][col("requests")], "41");
         assert_eq!(&rows[0][col("errors")], "1");
         assert_eq!(&rows[2][col("failed_objectives")], "ttft_p95");
+        assert_eq!(&rows[2][col("inconclusive_objectives")], "");
         assert_eq!(&rows[0][col("phase")], "chat <&>");
     }
 }

@@ -89,17 +89,12 @@ fn phase(o: &mut String, p: &PhaseResult) {
             .levels
             .iter()
             .map(|l| {
-                let total: u64 = l.outcomes.values().sum();
-                let bad: u64 = l
-                    .outcomes
-                    .iter()
-                    .filter(|(k, _)| !matches!(k.as_str(), "stop" | "length" | "client_cancel"))
-                    .map(|(_, v)| v)
-                    .sum();
+                // The error objective's ratio: errors + aborts over finished requests.
+                let (bad, finished) = l.error_counts();
                 (
                     l.load,
-                    if total > 0 {
-                        100.0 * bad as f64 / total as f64
+                    if finished > 0 {
+                        100.0 * bad as f64 / finished as f64
                     } else {
                         0.0
                     },

@@ -13,23 +13,65 @@ pub mod terminal;
 use headroom_core::run::RunResult;
 use std::path::Path;
 
-/// Writes `results.json`, `levels.csv`, `report.md` and `report.html` into `dir`.
-///
-/// Each file is written to a temporary name and renamed, so a crash or a full disk never leaves a
-/// half-written report over a good one.
-///
-/// # Errors
-/// The I/O error, with the file name.
-pub fn write_run_files(dir: &Path, run: &RunResult) -> std::io::Result<()> {
-    let json = serde_json::to_vec_pretty(run).map_err(std::io::Error::other)?;
-    write_atomic(&dir.join("results.json"), &json)?;
-    write_atomic(&dir.join("levels.csv"), csv::render(run).as_bytes())?;
-    write_atomic(&dir.join("report.md"), markdown::render(run).as_bytes())?;
-    write_atomic(&dir.join("report.html"), html::render(run).as_bytes())?;
-    Ok(())
+/// The files of a run directory that [`write_run_files`] writes, in the order written:
+/// `results.json` first (the small, complete record), the renderings after it.
+pub const RUN_FILES: [&str; 4] = ["results.json", "levels.csv", "report.md", "report.html"];
+
+/// A write of the run files that stopped part-way.
+#[derive(Debug)]
+pub struct RunFilesError {
+    /// Files written (renamed into place) before the failure, in order.
+    pub written: Vec<&'static str>,
+    /// The file that could not be written; it and every file after it in [`RUN_FILES`] keep
+    /// whatever an earlier write left (or do not exist).
+    pub file: &'static str,
+    /// The I/O error, with the path.
+    pub source: std::io::Error,
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+impl std::fmt::Display for RunFilesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.source)
+    }
+}
+
+impl std::error::Error for RunFilesError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Writes [`RUN_FILES`] into `dir`, in that order, and returns them.
+///
+/// Each file is written to a temporary name and renamed, so a crash or a full disk never leaves a
+/// half-written report over a good one (nor a temporary file behind). The first failure stops:
+/// on a full disk nothing after it would fit either.
+///
+/// # Errors
+/// [`RunFilesError`]: what was written before the failure, the file and the I/O error.
+pub fn write_run_files(dir: &Path, run: &RunResult) -> Result<Vec<&'static str>, RunFilesError> {
+    let mut written = Vec::new();
+    for name in RUN_FILES {
+        let bytes = match name {
+            "results.json" => serde_json::to_vec_pretty(run).map_err(std::io::Error::other),
+            "levels.csv" => Ok(csv::render(run).into_bytes()),
+            "report.md" => Ok(markdown::render(run).into_bytes()),
+            _ => Ok(html::render(run).into_bytes()),
+        };
+        if let Err(source) = bytes.and_then(|b| write_atomic(&dir.join(name), &b)) {
+            return Err(RunFilesError {
+                written,
+                file: name,
+                source,
+            });
+        }
+        written.push(name);
+    }
+    Ok(written)
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename; on
+/// failure the temporary file is removed.
 ///
 /// # Errors
 /// The I/O error, prefixed with the path.
@@ -40,7 +82,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     ));
     std::fs::write(&tmp, bytes)
         .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+        })
 }
 
 /// Formats a load level for people: `12 concurrent`, `2.5 req/s`.
@@ -54,6 +99,39 @@ pub fn fmt_objective_value(id: &str, v: f64) -> String {
         format!("{}%", headroom_core::slo::fmt_num(v * 100.0))
     } else {
         headroom_core::slo::fmt_duration_s(v)
+    }
+}
+
+#[cfg(test)]
+mod write_tests {
+    /// Every file is written in order and reported; a failure part-way names what was written
+    /// and leaves no temporary file.
+    #[test]
+    fn run_files_are_written_in_order_and_failures_leave_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = crate::testdata::run();
+        assert_eq!(
+            super::write_run_files(dir.path(), &run).unwrap(),
+            super::RUN_FILES
+        );
+        for f in super::RUN_FILES {
+            assert!(dir.path().join(f).is_file(), "{f}");
+        }
+        // levels.csv cannot be replaced (a directory stands in its way): results.json is
+        // written, the rest is not, and no `.tmp` stays.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("levels.csv")).unwrap();
+        std::fs::create_dir(dir.path().join("levels.csv").join("x")).unwrap();
+        let e = super::write_run_files(dir.path(), &run).unwrap_err();
+        assert_eq!(e.written, vec!["results.json"]);
+        assert_eq!(e.file, "levels.csv");
+        assert!(e.to_string().contains("levels.csv"), "{e}");
+        let left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!left.iter().any(|n| n.ends_with(".tmp")), "{left:?}");
+        assert!(!dir.path().join("report.md").exists());
     }
 }
 

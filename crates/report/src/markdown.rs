@@ -13,8 +13,9 @@ pub fn render(run: &RunResult) -> String {
             o.push_str("> **Partial results**: the run is still in progress or was killed.\n\n")
         }
         RunStatus::Stopped { reason } => o.push_str(&format!(
-            "> **Stopped early**: {}. Levels below are complete and valid.\n\n",
-            esc(reason)
+            "> **Stopped early**: {}. {}\n\n",
+            esc(reason),
+            cut_short_note(run)
         )),
     }
     o.push_str("## Summary\n\n```\n");
@@ -45,8 +46,8 @@ fn phase(o: &mut String, p: &PhaseResult) {
         classes.join(", "),
         esc(&p.search_note)
     ));
-    o.push_str("| load | verdict | window | requests | req/s | out tok/s | TTFT p95 | ITL p95 | TPOT p95 | E2E p95 | objectives failed |\n");
-    o.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    o.push_str("| load | verdict | window | requests | errors | req/s | out tok/s | TTFT p95 | ITL p95 | TPOT p95 | E2E p95 | objectives failed | objectives inconclusive |\n");
+    o.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
     for l in &p.levels {
         let q = |s: &str| {
             l.latency
@@ -55,25 +56,23 @@ fn phase(o: &mut String, p: &PhaseResult) {
                 .map(|x| headroom_core::slo::fmt_duration_s(x.p95_s))
                 .unwrap_or_else(|| "–".into())
         };
-        let failed: Vec<&str> = l
-            .objectives
-            .iter()
-            .filter(|x| x.verdict != headroom_core::Verdict::Pass)
-            .map(|x| x.id.as_str())
-            .collect();
+        let (errors, finished) = l.error_counts();
         o.push_str(&format!(
-            "| {} | {} | {:.1} s | {} | {:.2} | {:.0} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.1} s | {} | {} of {} | {:.2} | {:.0} | {} | {} | {} | {} | {} | {} |\n",
             fmt_load(l.load, l.mode),
             l.verdict.as_str(),
             l.window_s,
             l.outcomes.values().sum::<u64>(),
+            errors,
+            finished,
             l.request_rate_per_s,
             l.output_tokens_per_s,
             q("ttft"),
             q("itl"),
             q("tpot"),
             q("e2e"),
-            failed.join(", ")
+            l.failed_objectives().join(", "),
+            l.inconclusive_objectives().join(", ")
         ));
     }
     o.push('\n');
@@ -159,6 +158,37 @@ fn level_detail(o: &mut String, l: &LevelResult) {
     o.push('\n');
 }
 
+/// What the banner of a stopped run says about its levels: which were cut short (window note
+/// `interrupted: …`, `server lost: …`, `aborted: …`, the sweep's voided levels, which give no
+/// verdict) and that the others ran to the end.
+fn cut_short_note(run: &RunResult) -> String {
+    let cut: Vec<String> = run
+        .phases
+        .iter()
+        .flat_map(|p| {
+            p.levels
+                .iter()
+                .filter(|l| is_cut_short(l))
+                .map(move |l| format!("`{}` at {}", esc(&p.name), fmt_load(l.load, l.mode)))
+        })
+        .collect();
+    if cut.is_empty() {
+        "Every level below ran to the end and its verdict stands.".into()
+    } else {
+        format!(
+            "Cut short, so INCONCLUSIVE and never counted as capacity: {}. Every other level below ran to the end and its verdict stands.",
+            cut.join(", ")
+        )
+    }
+}
+
+/// A level the sweep voided because it did not run as specified.
+fn is_cut_short(l: &LevelResult) -> bool {
+    ["interrupted", "server lost", "aborted"]
+        .iter()
+        .any(|s| l.window_note.starts_with(s))
+}
+
 /// Escapes text for a Markdown table cell.
 fn esc(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
@@ -173,5 +203,37 @@ mod tests {
         assert!(s.contains("| 16 concurrent | FAIL |"), "{s}");
         assert_eq!(s.matches("### ").count(), 3);
         assert!(s.contains("## Warnings"));
+    }
+
+    /// The banner of a stopped run names the levels that were cut short and never says they
+    /// are complete; inconclusive objectives are listed apart from failed ones.
+    #[test]
+    fn a_stopped_run_names_its_cut_short_levels() {
+        use headroom_core::Verdict;
+        use headroom_core::run::RunStatus;
+        let mut run = crate::testdata::run();
+        run.status = RunStatus::Stopped {
+            reason: "interrupted (Ctrl-C)".into(),
+        };
+        let s = super::render(&run);
+        assert!(s.contains("Every level below ran to the end"), "{s}");
+        let l = &mut run.phases[0].levels[1];
+        l.window_note = "interrupted: the window was cut short after 2.9 s (Ctrl-C)".into();
+        l.verdict = Verdict::Inconclusive;
+        l.objectives[0].verdict = Verdict::Inconclusive;
+        let s = super::render(&run);
+        assert!(
+            s.contains("Cut short, so INCONCLUSIVE and never counted as capacity: `chat <&>` at 8 concurrent."),
+            "{s}"
+        );
+        assert!(!s.contains("complete and valid"), "{s}");
+        // Row of the 8-concurrent level: nothing failed, ttft_p95 inconclusive.
+        assert!(s.contains("|  | ttft_p95 |\n"), "{s}");
+        // The 16-concurrent level: ttft_p95 failed, nothing inconclusive; errors 1 of 41.
+        assert!(
+            s.contains("| 16 concurrent | FAIL | 10.0 s | 41 | 1 of 41 |"),
+            "{s}"
+        );
+        assert!(s.contains("| ttft_p95 |  |\n"), "{s}");
     }
 }

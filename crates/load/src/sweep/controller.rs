@@ -18,7 +18,7 @@ use headroom_core::run::{
 use headroom_core::slo::SloFile;
 use headroom_core::{LatencySignal, Objective, Outcome, SloSpec, Verdict};
 use headroom_diagnose::{ClientView, assess};
-use headroom_signals::source::{ScrapeKind, write_scrape};
+use headroom_signals::source::{ScrapeKind, scrape_file_name, write_scrape};
 use headroom_signals::{Scrape, Scraper, Window, WindowOptions};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -131,8 +131,9 @@ pub struct Sweep<'a> {
     /// Progress sink.
     pub progress: &'a dyn Progress,
     /// Called with every partial result (after each level) and the final one; the CLI writes the
-    /// run directory here.
-    pub on_result: &'a (dyn Fn(&RunResult) + Send + Sync),
+    /// run directory here. An error (a write failed: disk full, permissions) stops the sweep
+    /// after that level, with the error as the stop reason.
+    pub on_result: &'a (dyn Fn(&RunResult) -> Result<(), String> + Send + Sync),
     /// For an in-process engine twin: cumulative `(modelled step s, late s)` of its wall clock.
     /// A level whose late share exceeds 5 % gets a warning: the host, not the modelled GPU, set
     /// part of its latencies.
@@ -173,7 +174,8 @@ impl Sweep<'_> {
                     break 'phases;
                 }
                 let lag0 = self.clock_lag.map(|f| f());
-                let (mut level, aborted) = self.run_one(&phase, load, level_index).await;
+                let (mut level, aborted, transport_streak, raw) =
+                    self.run_one(&phase, load, level_index).await;
                 if let (Some(f), Some((s0, l0))) = (self.clock_lag, lag0) {
                     let (s1, l1) = f();
                     let (steps, late) = (s1 - s0, l1 - l0);
@@ -197,7 +199,30 @@ impl Sweep<'_> {
                     )
                 });
                 let interrupted = level.window_note.starts_with("interrupted");
-                let dead = level_is_dead(&level);
+                if interrupted {
+                    // A window cut short measured other traffic than the one specified (fewer
+                    // requests, no drain): neither a capacity nor a breach.
+                    let why = format!(
+                        "the window was cut short after {:.1} s (Ctrl-C)",
+                        level.window_s
+                    );
+                    void_level(&mut level, "interrupted", &why);
+                }
+                // Transport failures to the end of the level: ask the server whether it is still
+                // there before reading the level as a load result.
+                let dead = if !interrupted
+                    && (transport_streak >= SUSPECT_STREAK || level_is_dead(&level))
+                {
+                    self.server_gone().await.map(|e| {
+                        format!(
+                            "server lost at {} {}: server unreachable ({transport_streak} requests in a row failed in transport, then {e})",
+                            headroom_core::slo::fmt_num(load),
+                            self.settings.mode.unit()
+                        )
+                    })
+                } else {
+                    None
+                };
                 if let Some(why) = &dead {
                     // An outage is not a capacity limit: no verdict for this level.
                     void_level(&mut level, "server lost", why);
@@ -207,7 +232,15 @@ impl Sweep<'_> {
                 let p = run.phases.last_mut().expect("phase pushed above");
                 p.levels.push(level);
                 update_phase(p, &search);
-                (self.on_result)(&run);
+                // results.json first (small), then the level's raw scrapes and histograms
+                // (large): on a full disk the results are what must survive. The first write
+                // that fails stops the sweep.
+                let written =
+                    (self.on_result)(&run).and_then(|()| raw.write(&self.settings.run_dir));
+                if let Err(e) = written {
+                    stop_reason = Some(format!("cannot write the run directory: {e}"));
+                    break 'phases;
+                }
                 if interrupted {
                     stop_reason = Some("interrupted (Ctrl-C)".into());
                     break 'phases;
@@ -231,18 +264,34 @@ impl Sweep<'_> {
             Some(reason) => RunStatus::Stopped { reason },
             None => RunStatus::Complete,
         };
-        (self.on_result)(&run);
+        // A failure here is the caller's to report (it knows what it wrote).
+        let _ = (self.on_result)(&run);
         run
     }
 
-    /// Runs and judges one level; the second value says why its load generation broke down, when
-    /// it did (see [`LevelRecording::aborted`]).
+    /// `Some(error)` when the target no longer answers `GET /v1/models` within 5 s.
+    async fn server_gone(&self) -> Option<String> {
+        match tokio::time::timeout(
+            Duration::from_secs(5),
+            self.target.get("/v1/models", 1 << 20),
+        )
+        .await
+        {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(format!("GET /v1/models failed: {e}")),
+            Err(_) => Some("GET /v1/models got no answer within 5 s".into()),
+        }
+    }
+
+    /// Runs and judges one level; also says why its load generation broke down, when it did
+    /// (see [`LevelRecording::aborted`]), and how many requests in a row ended it failing in
+    /// transport.
     async fn run_one(
         &self,
         phase: &Phase,
         load: f64,
         level_index: u32,
-    ) -> (LevelResult, Option<String>) {
+    ) -> (LevelResult, Option<String>, u64, RawFiles) {
         let s = self.settings;
         let mode = match s.mode {
             LoadMode::Concurrency => LevelMode::Concurrency(load.round().max(1.0) as u32),
@@ -344,24 +393,22 @@ impl Sweep<'_> {
         engine_scrapes.extend(e1);
         dcgm_scrapes.extend(d1);
 
-        // Store everything raw before interpreting it.
-        let mut files = Vec::new();
-        for (seq, sc) in engine_scrapes.iter().enumerate() {
-            match write_scrape(&s.run_dir, level_index, seq as u32, ScrapeKind::Engine, sc) {
-                Ok(f) => files.push(f),
-                Err(e) => notes.push(format!("cannot store scrape: {e}")),
-            }
-        }
-        for (seq, sc) in dcgm_scrapes.iter().enumerate() {
-            match write_scrape(&s.run_dir, level_index, seq as u32, ScrapeKind::Dcgm, sc) {
-                Ok(f) => files.push(f),
-                Err(e) => notes.push(format!("cannot store scrape: {e}")),
-            }
-        }
+        // The raw files' names; they are written after results.json (see `RawFiles`).
+        let files: Vec<String> = [
+            (ScrapeKind::Engine, &engine_scrapes),
+            (ScrapeKind::Dcgm, &dcgm_scrapes),
+        ]
+        .into_iter()
+        .flat_map(|(kind, v)| {
+            v.iter().enumerate().map(move |(seq, sc)| {
+                format!(
+                    "scrapes/{}",
+                    scrape_file_name(level_index, seq as u32, kind, sc.at_unix_s)
+                )
+            })
+        })
+        .collect();
         let hist_file = format!("histograms/L{level_index:03}.json");
-        if let Err(e) = rec.save(&s.run_dir.join(&hist_file)) {
-            notes.push(e.to_string());
-        }
         // The measurement window starts at the scrape taken when the warm-up ended (the first
         // periodic one), so warm-up requests do not count in the engine's histograms.
         let window_from = if had_start && !s.warmup.is_zero() {
@@ -378,10 +425,19 @@ impl Sweep<'_> {
             engine_scrapes: &engine_scrapes,
             dcgm_scrapes: &dcgm_scrapes,
             scrape_files: files,
-            hist_file,
+            hist_file: hist_file.clone(),
             notes,
         });
-        (level, rec.aborted.clone())
+        let streak = transport_streak(&rec);
+        let aborted = rec.aborted.clone();
+        let raw = RawFiles {
+            level_index,
+            engine: engine_scrapes,
+            dcgm: dcgm_scrapes,
+            rec,
+            hist_file,
+        };
+        (level, aborted, streak, raw)
     }
 
     async fn scrape_pair(
@@ -449,7 +505,7 @@ fn latency_map(c: &ClassRecording) -> BTreeMap<LatencySignal, hdrhistogram::Hist
 }
 
 /// Client objectives of every class in the phase (ids prefixed `class/` in the mix).
-fn client_objectives(
+pub(crate) fn client_objectives(
     slo: &SloFile,
     phase: &Phase,
     rec: &LevelRecording,
@@ -457,7 +513,7 @@ fn client_objectives(
 ) -> Vec<ObjectiveResult> {
     let mix = phase.plans.len() > 1;
     let mut out = Vec::new();
-    for (i, (plan, c)) in phase.plans.iter().zip(&rec.classes).enumerate() {
+    for (plan, c) in phase.plans.iter().zip(&rec.classes) {
         let spec = slo.spec_for(&plan.name);
         // Queue time is judged here when the server reported it per request, or when the client's
         // TTFT already bounds it (below); otherwise the engine's histogram decides it (diagnose).
@@ -477,9 +533,10 @@ fn client_objectives(
             })
             .collect();
         let lat = latency_map(c);
-        // Errors are counted over every request of the level that ended (a request of the
-        // window may still be running when the window closes); latency over the window only.
-        let outcomes = rec.class_totals.get(i).map_or(&c.outcomes, |t| &t.outcomes);
+        // Errors are counted over the requests of the measurement window (each recorded when
+        // it ends, in the window or its drain), the same requests as the level's outcomes,
+        // latencies and levels.csv; warm-up requests are not recorded.
+        let outcomes = &c.outcomes;
         let ev = ClientEvidence {
             latency: &lat,
             outcomes,
@@ -509,6 +566,11 @@ fn early_stop_check(
     let phase = phase.clone();
     let slo = slo.clone();
     Arc::new(move |rec: &LevelRecording, elapsed: Duration| {
+        // A server that refuses every request: stop offering load now (the level is then
+        // checked for a lost server).
+        if transport_streak(rec) >= LOST_STREAK {
+            return true;
+        }
         let results = client_objectives(&slo, &phase, rec, false);
         if results.iter().any(|r| r.verdict == Verdict::Fail) {
             return true;
@@ -864,6 +926,56 @@ fn drift(t: &TokenCounts) -> Option<String> {
     })
 }
 
+/// A level's raw material for the run directory: every scrape verbatim (`scrapes/`) and the
+/// client's histograms (`histograms/L{level}.json`), under the names its [`LevelResult`] cites.
+struct RawFiles {
+    level_index: u32,
+    engine: Vec<Scrape>,
+    dcgm: Vec<Scrape>,
+    rec: LevelRecording,
+    hist_file: String,
+}
+
+impl RawFiles {
+    /// Writes every file; stops at the first failure, with the file and the error.
+    fn write(&self, dir: &std::path::Path) -> Result<(), String> {
+        for (kind, v) in [
+            (ScrapeKind::Engine, &self.engine),
+            (ScrapeKind::Dcgm, &self.dcgm),
+        ] {
+            for (seq, sc) in v.iter().enumerate() {
+                if let Err(e) = write_scrape(dir, self.level_index, seq as u32, kind, sc) {
+                    // A half-written scrape is not a scrape: leave none.
+                    let name = scrape_file_name(self.level_index, seq as u32, kind, sc.at_unix_s);
+                    let _ = std::fs::remove_file(dir.join("scrapes").join(name));
+                    return Err(format!("cannot store a scrape in {}: {e}", dir.display()));
+                }
+            }
+        }
+        let path = dir.join(&self.hist_file);
+        self.rec.save(&path).map_err(|e| {
+            let _ = std::fs::remove_file(&path);
+            e.to_string()
+        })
+    }
+}
+
+/// Transport failures in a row at the end of a level after which the server is asked whether it
+/// is still there (`GET /v1/models`); a server that does not answer is lost, and the sweep stops.
+const SUSPECT_STREAK: u64 = 3;
+
+/// Transport failures in a row during the window after which the window closes at once.
+const LOST_STREAK: u64 = 10;
+
+/// The longest run of transport failures that ends a class's requests so far.
+fn transport_streak(rec: &LevelRecording) -> u64 {
+    rec.class_totals
+        .iter()
+        .map(|t| t.transport_streak)
+        .max()
+        .unwrap_or(0)
+}
+
 /// Takes every verdict of a level away: `state` (`interrupted`, `server lost`, `aborted`) says
 /// what happened and `why` the detail. Each objective becomes INCONCLUSIVE and keeps what its
 /// figure alone said in its reason, so a cut-short level never counts as a pass (capacity) or a
@@ -885,19 +997,12 @@ fn void_level(level: &mut LevelResult, state: &str, why: &str) {
     level.window_note = format!("{state}: {why}");
 }
 
-/// A level where nothing got through and the client saw only transport failures: the server is
-/// gone, so the sweep stops rather than climbing further.
-fn level_is_dead(l: &LevelResult) -> Option<String> {
+/// A level where nothing got through and the client saw only transport failures: the server may
+/// be gone (the sweep then asks it, see [`SUSPECT_STREAK`]).
+fn level_is_dead(l: &LevelResult) -> bool {
     let total: u64 = l.outcomes.values().sum();
     let transport = l.outcomes.get("transport").copied().unwrap_or(0);
-    (total > 0 && transport == total).then(|| {
-        format!(
-            "the server stopped answering at {} {} ({} transport failures)",
-            l.load,
-            l.mode.unit(),
-            transport
-        )
-    })
+    total > 0 && transport == total
 }
 
 fn update_phase(p: &mut PhaseResult, s: &Search) {
@@ -963,7 +1068,7 @@ fn group_warnings<'a>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::group_warnings;
     use headroom_core::Verdict;
     use headroom_core::run::{LevelResult, ObjectiveResult};

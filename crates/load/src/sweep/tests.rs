@@ -58,3 +58,268 @@ async fn a_level_at_a_rate_past_any_clock_returns_without_load() {
         assert!(t0.elapsed() < Duration::from_secs(5));
     }
 }
+
+mod sweep_runs {
+    use super::plans;
+    use crate::client::{CancellationFlag, Target};
+    use crate::sweep::controller::{Quiet, Sweep, SweepSettings};
+    use crate::sweep::search::LevelPlan;
+    use crate::testkit::{StubConfig, StubServer};
+    use headroom_core::Verdict;
+    use headroom_core::run::{LoadMode, RunResult, RunStatus};
+    use headroom_core::slo::SloFile;
+    use std::path::Path;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    fn settings(dir: &Path, levels: &[f64]) -> SweepSettings {
+        SweepSettings {
+            mode: LoadMode::Concurrency,
+            arrival: Default::default(),
+            max_concurrency: None,
+            plan: LevelPlan::Fixed(levels.to_vec()),
+            warmup: Duration::ZERO,
+            measure: Duration::from_millis(800),
+            measure_max: Duration::from_millis(800),
+            drain_max: Duration::from_millis(500),
+            metrics_url: None,
+            dcgm_url: None,
+            scrape_interval: Duration::from_secs(2),
+            run_dir: dir.to_path_buf(),
+            seed: 1,
+        }
+    }
+
+    fn slo() -> SloFile {
+        SloFile::parse(
+            "objectives:\n  \"*\":\n    ttft: {p50: 5s}\n    error_rate: 50%\n",
+            Path::new("slo.yaml"),
+        )
+        .unwrap()
+    }
+
+    async fn sweep(
+        target: &Target,
+        s: &SweepSettings,
+        cancel: CancellationFlag,
+        partials: &Mutex<Vec<RunResult>>,
+    ) -> RunResult {
+        let p = plans("concurrency");
+        let slo = slo();
+        let on_result = |r: &RunResult| {
+            partials.lock().unwrap().push(r.clone());
+            Ok(())
+        };
+        Sweep {
+            target,
+            plans: &p,
+            slo: &slo,
+            settings: s,
+            cancel,
+            progress: &Quiet,
+            on_result: &on_result,
+            clock_lag: None,
+        }
+        .run()
+        .await
+    }
+
+    /// Ctrl-C in the middle of a level: that level gives no verdict (INCONCLUSIVE, reason
+    /// interrupted) and the capacity comes only from levels that ran to the end.
+    #[tokio::test]
+    async fn an_interrupted_level_is_never_a_capacity() {
+        let stub = StubServer::start(StubConfig {
+            ttft: Duration::from_millis(5),
+            itl: Duration::from_millis(2),
+            ..StubConfig::default()
+        })
+        .unwrap();
+        let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), &[1.0, 2.0, 4.0]);
+        let cancel = CancellationFlag::new();
+        let c = cancel.clone();
+        // Level 1 takes 0.8 s + a short drain; cut level 2 half-way.
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            c.cancel();
+        });
+        let partials = Mutex::new(Vec::new());
+        let r = sweep(&t, &s, cancel, &partials).await;
+        let p = &r.phases[0];
+        assert_eq!(p.levels.len(), 2, "{:?}", p.levels);
+        assert_eq!(p.levels[0].verdict, Verdict::Pass);
+        let cut = &p.levels[1];
+        assert_eq!(cut.verdict, Verdict::Inconclusive);
+        assert!(
+            cut.window_note.starts_with("interrupted"),
+            "{}",
+            cut.window_note
+        );
+        assert!(
+            cut.objectives
+                .iter()
+                .all(|o| o.verdict == Verdict::Inconclusive)
+        );
+        assert_eq!(p.capacity, Some(1.0));
+        assert!(
+            matches!(&r.status, RunStatus::Stopped { reason } if reason.contains("interrupted"))
+        );
+        // The partial result written after the cut level says the same.
+        let last = partials.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(last.phases[0].capacity, Some(1.0));
+    }
+
+    /// The server dies during a level: the sweep stops with "server lost at …", the level where
+    /// it died gives no verdict, no further level is run, and the client backs off instead of
+    /// retrying refused connections in a hot loop.
+    #[tokio::test]
+    async fn a_server_lost_mid_sweep_stops_it_without_a_capacity_claim() {
+        let stub = StubServer::start(StubConfig {
+            ttft: Duration::from_millis(5),
+            itl: Duration::from_millis(2),
+            ..StubConfig::default()
+        })
+        .unwrap();
+        let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = settings(dir.path(), &[1.0, 4.0, 8.0]);
+        s.measure = Duration::from_secs(3);
+        s.measure_max = Duration::from_secs(3);
+        let killer = tokio::task::spawn_blocking(move || {
+            std::thread::sleep(Duration::from_millis(1200));
+            drop(stub);
+        });
+        let partials = Mutex::new(Vec::new());
+        let t0 = Instant::now();
+        let r = sweep(&t, &s, CancellationFlag::new(), &partials).await;
+        killer.await.unwrap();
+        let p = &r.phases[0];
+        assert_eq!(p.levels.len(), 1, "no level after the loss: {:?}", p.levels);
+        let l = &p.levels[0];
+        assert_eq!(l.verdict, Verdict::Inconclusive);
+        assert!(
+            l.window_note.starts_with("server lost"),
+            "{}",
+            l.window_note
+        );
+        assert_eq!(p.capacity, None);
+        assert_eq!(p.first_fail, None);
+        match &r.status {
+            RunStatus::Stopped { reason } => {
+                assert!(reason.contains("server lost at 1 concurrent"), "{reason}");
+                assert!(reason.contains("server unreachable"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Back-off: 10 ms doubling to 1 s allows at most ~12 attempts in the ~2 s left of the
+        // window (a hot loop made thousands); the window also closes after 10 in a row.
+        let transport = l.outcomes.get("transport").copied().unwrap_or(0);
+        assert!(
+            (1..=12).contains(&transport),
+            "{transport} transport failures"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(12));
+    }
+
+    /// The first write that fails — the results (disk full) or a level's raw files — stops the
+    /// sweep after that level; no further load is offered into a directory that cannot hold it.
+    #[tokio::test]
+    async fn the_first_failed_write_stops_the_sweep() {
+        let stub = StubServer::start(StubConfig::default()).unwrap();
+        let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = settings(dir.path(), &[1.0, 2.0, 4.0]);
+        s.measure = Duration::from_millis(300);
+        s.measure_max = s.measure;
+        // The results cannot be written.
+        let p = plans("concurrency");
+        let slo = slo();
+        let calls = Mutex::new(0);
+        let on_result = |_: &RunResult| {
+            *calls.lock().unwrap() += 1;
+            Err("results.json: No space left on device (os error 28)".to_string())
+        };
+        let r = Sweep {
+            target: &t,
+            plans: &p,
+            slo: &slo,
+            settings: &s,
+            cancel: CancellationFlag::new(),
+            progress: &Quiet,
+            on_result: &on_result,
+            clock_lag: None,
+        }
+        .run()
+        .await;
+        assert_eq!(r.phases[0].levels.len(), 1);
+        assert!(
+            matches!(&r.status, RunStatus::Stopped { reason } if reason.starts_with("cannot write the run directory: results.json: No space")),
+            "{:?}",
+            r.status
+        );
+        // After the level, and once more with the final status.
+        assert_eq!(*calls.lock().unwrap(), 2);
+        // The raw files cannot be written: the run directory is a file.
+        let file = dir.path().join("not-a-dir");
+        std::fs::write(&file, b"x").unwrap();
+        let s = SweepSettings { run_dir: file, ..s };
+        let partials = Mutex::new(Vec::new());
+        let r = sweep(&t, &s, CancellationFlag::new(), &partials).await;
+        assert_eq!(r.phases[0].levels.len(), 1);
+        assert!(
+            matches!(&r.status, RunStatus::Stopped { reason } if reason.contains("cannot write the run directory")),
+            "{:?}",
+            r.status
+        );
+    }
+}
+
+/// The error objective counts the requests of the measurement window — the same requests as
+/// the level's outcomes (and so levels.csv and the reports) — not the warm-up's: 4 errors of 20
+/// in the window, 2 more errors and 5 successes in the warm-up.
+#[test]
+fn the_error_objective_counts_the_window_the_reports_show() {
+    use crate::recorder::LevelRecording;
+    use crate::sweep::controller::{Phase, client_objectives};
+    use headroom_core::Outcome;
+    use headroom_core::run::LoadMode;
+    use headroom_core::slo::SloFile;
+    let slo = SloFile::parse(
+        "objectives:\n  \"*\":\n    error_rate: 0.5%\n",
+        Path::new("slo.yaml"),
+    )
+    .unwrap();
+    let phase = Phase {
+        name: "a".into(),
+        plans: plans("concurrency"),
+    };
+    let mut rec = LevelRecording::new(2.0, LoadMode::Concurrency, &["a"]);
+    let window = [
+        (Outcome::Length, 16),
+        (Outcome::HttpStatus(500), 4),
+        (Outcome::ClientCancel, 3),
+    ];
+    rec.classes[0].outcomes.extend(window);
+    rec.class_totals[0].outcomes.extend([
+        (Outcome::Length, 21),
+        (Outcome::HttpStatus(500), 6),
+        (Outcome::ClientCancel, 3),
+    ]);
+    let r = client_objectives(&slo, &phase, &rec, true);
+    let e = r.iter().find(|o| o.id == "error_rate").unwrap();
+    assert_eq!(e.samples, 20);
+    assert_eq!(e.observed, Some(0.2));
+    assert!(
+        e.reason
+            .starts_with("4 errors + aborts of 20 finished requests"),
+        "{}",
+        e.reason
+    );
+    // What levels.csv and report.md count, from the level's outcome labels.
+    let level = headroom_core::run::LevelResult {
+        outcomes: rec.total().outcome_labels(),
+        ..crate::sweep::controller::tests::level_with(&[])
+    };
+    assert_eq!(level.error_counts(), (4, 20));
+}
