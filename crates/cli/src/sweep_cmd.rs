@@ -141,11 +141,25 @@ impl Progress for Bars {
     }
 }
 
+/// Windows of the embedded demo (no --target, no --workload): sized to finish in under two
+/// minutes on a 2-core machine.
+const DEMO_WARMUP_S: u64 = 3;
+const DEMO_MEASURE_S: u64 = 5;
+/// Windows of --quick.
+const QUICK_WARMUP_S: u64 = 2;
+const QUICK_MEASURE_S: u64 = 4;
+
 /// Runs the sweep; exit status 0 when it completed (whatever the verdicts), 130 on Ctrl-C.
 pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     if args.print_defaults {
         println!(
-            "# workload.yaml (built-in)\n{DEFAULT_WORKLOAD_YAML}\n# slo.yaml (built-in)\n{DEFAULT_SLO_YAML}"
+            "# workload.yaml (built-in)\n\
+             # Its warmup/measure apply when it is given with --workload. Without --workload, a\n\
+             # plain `headroom sweep` on the embedded twin is a demo sized to finish in under two\n\
+             # minutes: warmup {DEMO_WARMUP_S}s, measure {DEMO_MEASURE_S}s, levels from 16 concurrent ×2; with\n\
+             # --quick: warmup {QUICK_WARMUP_S}s, measure {QUICK_MEASURE_S}s, levels 16 ×4 up to 512. --warmup and\n\
+             # --measure override all of these.\n\
+             {DEFAULT_WORKLOAD_YAML}\n# slo.yaml (built-in)\n{DEFAULT_SLO_YAML}"
         );
         return Ok(0);
     }
@@ -301,9 +315,15 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     let quick = args.quick;
     let demo = args.target.is_none() && args.workload.is_none();
     let (warmup_d, measure_d) = if quick {
-        (Duration::from_secs(2), Duration::from_secs(4))
+        (
+            Duration::from_secs(QUICK_WARMUP_S),
+            Duration::from_secs(QUICK_MEASURE_S),
+        )
     } else if demo {
-        (Duration::from_secs(3), Duration::from_secs(5))
+        (
+            Duration::from_secs(DEMO_WARMUP_S),
+            Duration::from_secs(DEMO_MEASURE_S),
+        )
     } else {
         (workload.spec.warmup, workload.spec.measure)
     };
@@ -395,6 +415,31 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         metrics_url: metrics_url.as_deref().map(redact_url),
         dcgm_url: dcgm_url.as_deref().map(redact_url),
     };
+    // The spec files as given, so the run directory is reproducible and `headroom diagnose
+    // --from RUN_DIR` judges against the same SLO (the windows as run are in manifest.json).
+    let spec_texts = [
+        (
+            "slo.yaml",
+            match &args.slo {
+                Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
+                None => DEFAULT_SLO_YAML.to_string(),
+            },
+        ),
+        (
+            "workload.yaml",
+            match &args.workload {
+                Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
+                None => DEFAULT_WORKLOAD_YAML.to_string(),
+            },
+        ),
+    ];
+    for (name, text) in spec_texts {
+        if !text.is_empty() {
+            let path = run_dir.join(name);
+            headroom_report::write_atomic(&path, text.as_bytes())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
     headroom_report::write_atomic(
         &run_dir.join("manifest.json"),
         &serde_json::to_vec_pretty(&manifest)?,
@@ -436,6 +481,17 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         info.model,
         redact_url(&base),
         run_dir.display()
+    );
+    eprintln!(
+        "headroom: each level: {} warm-up, {} measurement window{}",
+        fmt_secs(warmup),
+        fmt_secs(measure),
+        match (quick, demo, warmup_flag.is_some() || measure_flag.is_some()) {
+            (_, _, true) => " (from --warmup/--measure)",
+            (true, _, false) => " (--quick)",
+            (false, true, false) => " (the embedded demo's; --warmup/--measure change them)",
+            _ => " (from the workload)",
+        }
     );
     let sweep = Sweep {
         target: &target,
@@ -780,5 +836,15 @@ mod run_dir_tests {
             let t = chrono::DateTime::from_timestamp(unix_s, 0).unwrap();
             assert_eq!(super::utc_stamp(t), want);
         }
+    }
+}
+
+/// `3s`, `1.5s`, `2m`: a window length as users write it.
+fn fmt_secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 60.0 && s % 60.0 == 0.0 {
+        format!("{}m", s / 60.0)
+    } else {
+        format!("{s}s")
     }
 }

@@ -47,7 +47,7 @@ pub fn server_view(
     for step in &assessment.steps {
         for f in &step.figures {
             if f.value.is_finite() {
-                v.figures.insert(f.name.clone(), f.value);
+                v.figures.insert(figure_key(f), f.value);
             }
         }
     }
@@ -152,11 +152,26 @@ pub fn reconcile(w: &Window, c: &ClientTotals) -> Vec<Reconciliation> {
     out
 }
 
+/// The key a step figure is stored under: its name, except that a quantile known only as an
+/// upper bound (its rank fell in the histogram's first bucket `[0, le₀]`, so the figure is `le₀`,
+/// not an estimate) is stored as `…_upper_bound_s`, so `queue_time_p95_s` never shows vLLM's
+/// first bucket edge as if it were a measured p95.
+fn figure_key(f: &headroom_diagnose::Figure) -> String {
+    if f.source.starts_with(headroom_diagnose::UPPER_BOUND_ONLY) {
+        match f.name.strip_suffix("_s") {
+            Some(stem) => format!("{stem}_upper_bound_s"),
+            None => format!("{}_upper_bound", f.name),
+        }
+    } else {
+        f.name.clone()
+    }
+}
+
 /// How much of the client's TTFT the engine explains: client mean TTFT against the server's mean
 /// queue time + mean prefill time over the measurement window (both exact means: HDR on the
 /// client, `_sum / _count` on the server). The remainder is frontend (HTTP, tokenisation,
-/// detokenisation), network and gateway time; a negative remainder means the windows do not
-/// line up.
+/// detokenisation), network and gateway time. A negative remainder is reported as such, with why
+/// (requests that started before the window finish in it and carry their queue time there).
 pub fn ttft_remainder(w: &Window, client_ttft_mean_s: f64) -> Option<Reconciliation> {
     let q = w.histogram(Signal::QueueTime)?.mean()?;
     let p = w.histogram(Signal::PrefillTime)?.mean()?;
@@ -166,19 +181,51 @@ pub fn ttft_remainder(w: &Window, client_ttft_mean_s: f64) -> Option<Reconciliat
         client: client_ttft_mean_s,
         server: q + p,
         agrees: rest >= 0.0,
-        note: format!(
-            "client TTFT mean {:.1} ms = engine queue {:.1} ms + prefill {:.1} ms + {:.1} ms of frontend, network and gateway time",
-            client_ttft_mean_s * 1e3,
-            q * 1e3,
-            p * 1e3,
-            rest * 1e3
-        ),
+        note: if rest >= 0.0 {
+            format!(
+                "client TTFT mean {:.1} ms = engine queue {:.1} ms + prefill {:.1} ms + {:.1} ms of frontend, network and gateway time",
+                client_ttft_mean_s * 1e3,
+                q * 1e3,
+                p * 1e3,
+                rest * 1e3
+            )
+        } else {
+            // vLLM observes queue and prefill time when a request finishes, so requests that
+            // started before the window (the warm-up, queued behind each other when the level
+            // began) weigh in the engine's means but not in the client's TTFT of the window.
+            format!(
+                "client TTFT mean {:.1} ms < engine queue {:.1} ms + prefill {:.1} ms: the engine observes queue and prefill time when a request finishes, so requests that started before the window count there; no frontend time can be derived (lengthen --warmup, or use --enable-per-request-metrics)",
+                client_ttft_mean_s * 1e3,
+                q * 1e3,
+                p * 1e3,
+            )
+        },
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_bucket_quantiles_are_stored_as_upper_bounds() {
+        let fig = |name: &str, source: String| headroom_diagnose::Figure {
+            name: name.into(),
+            value: 0.3,
+            unit: "s".into(),
+            source,
+        };
+        let bound = fig(
+            "queue_time_p95_s",
+            format!(
+                "{} 0.3 s: the rank falls in the first bucket",
+                headroom_diagnose::UPPER_BOUND_ONLY
+            ),
+        );
+        assert_eq!(figure_key(&bound), "queue_time_p95_upper_bound_s");
+        let point = fig("queue_time_p95_s", "vllm:request_queue_time_seconds".into());
+        assert_eq!(figure_key(&point), "queue_time_p95_s");
+    }
     use headroom_signals::{Scrape, WindowOptions};
 
     fn scrape(at: f64, length: u32, abort: u32, gen_tokens: u32) -> Scrape {
