@@ -87,6 +87,11 @@ fn level_detail(o: &mut String, l: &LevelResult) {
         fmt_load(l.load, l.mode),
         l.verdict.as_str()
     ));
+    if let Some(i) = level_index(l) {
+        o.push_str(&format!(
+            "Level {i} of the run: `headroom diagnose --from RUN_DIR --level {i}` re-reads the engine's view of this window.\n\n"
+        ));
+    }
     o.push_str("| objective | observed | verdict | samples | note |\n|---|---:|---|---:|---|\n");
     for ob in &l.objectives {
         o.push_str(&format!(
@@ -189,6 +194,13 @@ fn is_cut_short(l: &LevelResult) -> bool {
         .any(|s| l.window_note.starts_with(s))
 }
 
+/// A level's index in the run (the `N` of `scrapes/LNNN-…` and `histograms/LNNN.json`), from
+/// its histogram file name; `None` when the name is not in that form.
+fn level_index(l: &LevelResult) -> Option<u32> {
+    let name = l.histograms.rsplit('/').next()?;
+    name.strip_prefix('L')?.strip_suffix(".json")?.parse().ok()
+}
+
 /// Escapes text for a Markdown table cell.
 fn esc(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
@@ -203,6 +215,12 @@ mod tests {
         assert!(s.contains("| 16 concurrent | FAIL |"), "{s}");
         assert_eq!(s.matches("### ").count(), 3);
         assert!(s.contains("## Warnings"));
+        // testdata names its histogram files `histograms/x.json`: no index to show.
+        assert!(!s.contains("--level"), "{s}");
+        let mut run = crate::testdata::run();
+        run.phases[0].levels[1].histograms = "histograms/L007.json".into();
+        let s = super::render(&run);
+        assert_eq!(s.matches("--level 7`").count(), 1, "{s}");
     }
 
     /// The banner of a stopped run names the levels that were cut short and never says they
