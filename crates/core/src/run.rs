@@ -185,8 +185,16 @@ pub struct LevelResult {
     pub window_s: f64,
     /// How the window ended (`full`, `early_stop: …`, `extended`, `interrupted`).
     pub window_note: String,
-    /// Requests by outcome label (`stop`, `length`, `http_503`, `client_cancel`, …).
+    /// Requests of the measurement window by outcome label (`stop`, `length`, `http_503`,
+    /// `client_cancel`, …).
     pub outcomes: BTreeMap<String, u64>,
+    /// Every request of the level that ended (warm-up, window and drain) by outcome label: the
+    /// population of the error objective (errors are judged over what ended while the load was
+    /// offered, as the server's counters see them) and of the client/server reconciliation.
+    /// Empty in results written before it existed; [`LevelResult::error_counts`] then falls back
+    /// to [`LevelResult::outcomes`].
+    #[serde(default)]
+    pub level_outcomes: BTreeMap<String, u64>,
     /// Latency per signal name (`ttft`, `itl`, `tpot`, `e2e`).
     pub latency: BTreeMap<String, LatencySummary>,
     /// Completed requests per second.
@@ -212,15 +220,20 @@ pub struct LevelResult {
 }
 
 impl LevelResult {
-    /// `(errors + aborts, finished requests)` over [`LevelResult::outcomes`] — the requests of
-    /// the measurement window — counted as the error objective counts them
-    /// ([`crate::Outcome::counts_as_error`]): every outcome but `stop`, `length` and
-    /// `client_cancel` is an error; client cancels are not finished requests. `levels.csv` and
-    /// the reports use this, so their figures are the objective's.
+    /// `(errors + aborts, finished requests)` over [`LevelResult::level_outcomes`] (every
+    /// request of the level that ended; [`LevelResult::outcomes`] when that is empty), counted as
+    /// the error objective counts them ([`crate::Outcome::counts_as_error`]): every outcome but
+    /// `stop`, `length` and `client_cancel` is an error; client cancels are not finished
+    /// requests. `levels.csv` and the reports use this, so their figures are the objective's.
     pub fn error_counts(&self) -> (u64, u64) {
         let mut errors = 0;
         let mut finished = 0;
-        for (label, n) in &self.outcomes {
+        let population = if self.level_outcomes.is_empty() {
+            &self.outcomes
+        } else {
+            &self.level_outcomes
+        };
+        for (label, n) in population {
             match label.as_str() {
                 "client_cancel" => {}
                 "stop" | "length" => finished += n,
@@ -370,6 +383,7 @@ mod tests {
 
     fn level(load: f64, verdict: Verdict, observed: &[(&str, f64, f64)]) -> LevelResult {
         LevelResult {
+            level_outcomes: Default::default(),
             load,
             mode: LoadMode::Concurrency,
             started_unix_s: 0.0,

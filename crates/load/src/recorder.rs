@@ -269,8 +269,13 @@ impl ClassRecording {
 
     /// Outcome counts keyed by label (`stop`, `http_503`, …).
     pub fn outcome_labels(&self) -> BTreeMap<String, u64> {
-        self.outcomes.iter().map(|(o, n)| (o.label(), *n)).collect()
+        labels(&self.outcomes)
     }
+}
+
+/// Outcome counts keyed by label (`stop`, `http_503`, …).
+fn labels(outcomes: &BTreeMap<Outcome, u64>) -> BTreeMap<String, u64> {
+    outcomes.iter().map(|(o, n)| (o.label(), *n)).collect()
 }
 
 /// Summary of a histogram in seconds.
@@ -330,6 +335,11 @@ pub struct LevelTotals {
 }
 
 impl LevelTotals {
+    /// Outcome counts keyed by label (`stop`, `http_503`, …).
+    pub fn outcome_labels(&self) -> BTreeMap<String, u64> {
+        labels(&self.outcomes)
+    }
+
     /// Adds one finished request.
     pub fn add(&mut self, r: &RequestRecord) {
         *self.outcomes.entry(r.outcome).or_insert(0) += 1;

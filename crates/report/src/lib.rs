@@ -159,6 +159,7 @@ pub(crate) mod testdata {
         outcomes.insert("length".to_string(), 40);
         outcomes.insert("http_503".to_string(), 1);
         LevelResult {
+            level_outcomes: Default::default(),
             load,
             mode: LoadMode::Concurrency,
             started_unix_s: 1.0,

@@ -23,15 +23,23 @@ pub fn render(run: &RunResult) -> String {
                     .iter()
                     .find(|l| (l.load - f).abs() < 1e-9)
                     .and_then(|l| l.objectives.iter().find(|o| &o.id == b))
-                    .map(|o| {
-                        format!(
+                    .map(|o| match o.verdict {
+                        headroom_core::Verdict::Fail => format!(
                             "{} (observed {}) at {}",
                             o.description,
                             o.observed
                                 .map(|v| fmt_objective_value(&o.id, v))
                                 .unwrap_or_else(|| "n/a".into()),
                             fmt_load(f, p.mode)
-                        )
+                        ),
+                        // Nothing broke there: the level gave no verdict, which stops the
+                        // search just the same, and says so.
+                        _ => format!(
+                            "none; {} undecided at {} ({})",
+                            o.id,
+                            fmt_load(f, p.mode),
+                            o.reason
+                        ),
                     })
                     .unwrap_or_else(|| b.clone()),
                 (None, Some(f)) => format!("inconclusive at {}", fmt_load(f, p.mode)),
@@ -117,6 +125,28 @@ pub fn render(run: &RunResult) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_undecided_level_is_not_called_a_breach() {
+        let mut run = crate::testdata::run();
+        let p = &mut run.phases[0];
+        let f = p.first_fail.unwrap();
+        let l = p
+            .levels
+            .iter_mut()
+            .find(|l| (l.load - f).abs() < 1e-9)
+            .unwrap();
+        l.objectives[0].verdict = headroom_core::Verdict::Inconclusive;
+        l.objectives[0].reason = "3 samples; p95 needs at least 20".into();
+        let s = super::render(&run);
+        assert!(
+            s.contains(
+                "none; ttft_p95 undecided at 16 concurrent (3 samples; p95 needs at least 20)"
+            ),
+            "{s}"
+        );
+        assert!(!s.contains("(observed"), "{s}");
+    }
+
     #[test]
     fn summary_shows_capacity_breach_and_headroom() {
         let s = super::render(&crate::testdata::run());

@@ -513,7 +513,7 @@ pub(crate) fn client_objectives(
 ) -> Vec<ObjectiveResult> {
     let mix = phase.plans.len() > 1;
     let mut out = Vec::new();
-    for (plan, c) in phase.plans.iter().zip(&rec.classes) {
+    for (i, (plan, c)) in phase.plans.iter().zip(&rec.classes).enumerate() {
         let spec = slo.spec_for(&plan.name);
         // Queue time is judged here when the server reported it per request, or when the client's
         // TTFT already bounds it (below); otherwise the engine's histogram decides it (diagnose).
@@ -533,10 +533,13 @@ pub(crate) fn client_objectives(
             })
             .collect();
         let lat = latency_map(c);
-        // Errors are counted over the requests of the measurement window (each recorded when
-        // it ends, in the window or its drain), the same requests as the level's outcomes,
-        // latencies and levels.csv; warm-up requests are not recorded.
-        let outcomes = &c.outcomes;
+        // Errors are counted over every request of the level that ended (warm-up, window and
+        // drain): an error is an event of the offered load whenever the request began, it is
+        // what the server's counters see, and with answers longer than the window (the
+        // built-in workload's 10-17 s against 5 s) requests that *start* in the window rarely
+        // finish in it. `LevelResult::level_outcomes` holds the same counts, so levels.csv and
+        // the reports show the objective's figures.
+        let outcomes = rec.class_totals.get(i).map_or(&c.outcomes, |t| &t.outcomes);
         let ev = ClientEvidence {
             latency: &lat,
             outcomes,
@@ -840,6 +843,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
         rec.window_note.clone()
     };
     LevelResult {
+        level_outcomes: rec.level_totals().outcome_labels(),
         load: rec.load,
         mode: rec.mode,
         started_unix_s: rec.started_unix_s,
@@ -1087,6 +1091,7 @@ pub(crate) mod tests {
             })
             .collect();
         LevelResult {
+            level_outcomes: Default::default(),
             load: 2.0,
             mode: headroom_core::run::LoadMode::Concurrency,
             started_unix_s: 0.0,

@@ -275,11 +275,11 @@ mod sweep_runs {
     }
 }
 
-/// The error objective counts the requests of the measurement window — the same requests as
-/// the level's outcomes (and so levels.csv and the reports) — not the warm-up's: 4 errors of 20
-/// in the window, 2 more errors and 5 successes in the warm-up.
+/// The error objective counts every request of the level that ended (warm-up, window and
+/// drain: 6 errors of 27, where the window alone has 4 of 20), and levels.csv and the reports
+/// count the same population through `LevelResult::level_outcomes`.
 #[test]
-fn the_error_objective_counts_the_window_the_reports_show() {
+fn the_error_objective_counts_what_the_reports_show() {
     use crate::recorder::LevelRecording;
     use crate::sweep::controller::{Phase, client_objectives};
     use headroom_core::Outcome;
@@ -308,18 +308,26 @@ fn the_error_objective_counts_the_window_the_reports_show() {
     ]);
     let r = client_objectives(&slo, &phase, &rec, true);
     let e = r.iter().find(|o| o.id == "error_rate").unwrap();
-    assert_eq!(e.samples, 20);
-    assert_eq!(e.observed, Some(0.2));
+    // Every request of the level that ended: 21 + 6 finished, 6 errors (cancels excluded).
+    assert_eq!(e.samples, 27);
+    assert_eq!(e.observed, Some(6.0 / 27.0));
     assert!(
         e.reason
-            .starts_with("4 errors + aborts of 20 finished requests"),
+            .starts_with("6 errors + aborts of 27 finished requests"),
         "{}",
         e.reason
     );
-    // What levels.csv and report.md count, from the level's outcome labels.
+    // What levels.csv and report.md count: the level's outcome labels, the same population.
     let level = headroom_core::run::LevelResult {
+        outcomes: rec.total().outcome_labels(),
+        level_outcomes: rec.level_totals().outcome_labels(),
+        ..crate::sweep::controller::tests::level_with(&[])
+    };
+    assert_eq!(level.error_counts(), (6, 27));
+    // Results written before level_outcomes existed fall back to the window's outcomes.
+    let old = headroom_core::run::LevelResult {
         outcomes: rec.total().outcome_labels(),
         ..crate::sweep::controller::tests::level_with(&[])
     };
-    assert_eq!(level.error_counts(), (4, 20));
+    assert_eq!(old.error_counts(), (4, 20));
 }
