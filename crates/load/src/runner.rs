@@ -241,6 +241,17 @@ struct Flight {
 }
 
 impl Flight {
+    /// Counts a request the pacer launched (open loop), in the window or in the warm-up.
+    fn launched(&mut self, out: &mut LevelRecording, in_window: bool) {
+        if in_window {
+            out.started += 1;
+            self.in_window += 1;
+        } else {
+            out.warmup_started += 1;
+        }
+        self.in_flight += 1;
+    }
+
     fn done(&mut self, d: Done, out: &mut LevelRecording, good: &GoodputSlo) {
         self.in_flight -= 1;
         if let Some(t) = out.class_totals.get_mut(d.record.class) {
@@ -495,15 +506,7 @@ pub async fn run_level_with(
                     m = rx.recv() => match m {
                         None => break,
                         Some(Msg::Launched { in_window }) => {
-                            if in_window {
-                                out.started += 1;
-                            } else {
-                                out.warmup_started += 1;
-                            }
-                            fl.in_flight += 1;
-                            if in_window {
-                                fl.in_window += 1;
-                            }
+                            fl.launched(&mut out, in_window);
                             refill(&mut mix, &prep_tx);
                         }
                         Some(Msg::Tick(intended)) => {
@@ -551,17 +554,7 @@ pub async fn run_level_with(
             // the drain decides what is still in flight.
             while let Ok(m) = rx.try_recv() {
                 match m {
-                    Msg::Launched { in_window } => {
-                        if in_window {
-                            out.started += 1;
-                        } else {
-                            out.warmup_started += 1;
-                        }
-                        fl.in_flight += 1;
-                        if in_window {
-                            fl.in_window += 1;
-                        }
-                    }
+                    Msg::Launched { in_window } => fl.launched(&mut out, in_window),
                     Msg::Done(d) => fl.done(d, &mut out, &opts.goodput),
                     Msg::Tick(_) => {}
                 }
