@@ -683,6 +683,24 @@ fn key_of(rule: KeyRule, labels: &Labels) -> String {
     }
 }
 
+/// A rejection warning, reported under `family`, for every series of the sample `sample` that
+/// the scrape writes more than once and `keep` selects ([`quality::check_duplicate`]).
+fn duplicate_warnings(
+    exp: &Exposition,
+    sample: &str,
+    family: &str,
+    signal: Signal,
+    keep: impl Fn(&Labels) -> bool,
+) -> Vec<DataWarning> {
+    exp.duplicates(sample)
+        .filter(|d| keep(&d.labels))
+        .map(|d| {
+            let (problem, detail) = quality::check_duplicate(d);
+            DataWarning::rejected(family, &d.labels, signal.name(), problem, detail)
+        })
+        .collect()
+}
+
 fn read_values(exp: &Exposition, m: &Mapping, sel: &Selection, snap: &mut EngineSnapshot) -> bool {
     for name in m.names {
         // A router's `gpu_prefix_cache_*_total` are gauges: refuse a gauge where a counter is
@@ -721,19 +739,9 @@ fn read_values(exp: &Exposition, m: &Mapping, sel: &Selection, snap: &mut Engine
                 value: s.value * m.scale,
             });
         }
-        for d in exp.duplicates(name) {
-            if !sel.matches(&d.labels) || m.only.is_some_and(|(k, v)| d.labels.get(k) != Some(v)) {
-                continue;
-            }
-            let (problem, detail) = quality::check_duplicate(d);
-            bad.push(DataWarning::rejected(
-                name,
-                &d.labels,
-                m.signal.name(),
-                problem,
-                detail,
-            ));
-        }
+        bad.extend(duplicate_warnings(exp, name, name, m.signal, |l| {
+            sel.matches(l) && m.only.is_none_or(|(k, v)| l.get(k) == Some(v))
+        }));
         if !bad.is_empty() {
             // One corrupt series makes the family's sum (or max) wrong: reject all of it.
             snap.rejected.insert(m.signal, name.to_string());
@@ -811,19 +819,9 @@ fn read_histogram(
             format!("{base}_sum"),
             format!("{base}_count"),
         ] {
-            for d in exp.duplicates(&part) {
-                if !sel.matches(&d.labels) {
-                    continue;
-                }
-                let (problem, detail) = quality::check_duplicate(d);
-                bad.push(DataWarning::rejected(
-                    base,
-                    &d.labels,
-                    m.signal.name(),
-                    problem,
-                    detail,
-                ));
-            }
+            bad.extend(duplicate_warnings(exp, &part, base, m.signal, |l| {
+                sel.matches(l)
+            }));
         }
         for (labels, h) in by_series.iter_mut() {
             if m.scale != 1.0 {
