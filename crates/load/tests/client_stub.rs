@@ -323,6 +323,31 @@ async fn connections_are_reused() {
     assert_eq!(h.join().unwrap(), vec![3]);
 }
 
+/// The race the previous test avoids with its pause: the next request leaves at once, often
+/// before the server's close has been read, so it goes out on a connection that is already
+/// closed and dies with no answer. Each must still end `length`, on a new connection, and
+/// promptly (a finished connection kept alive once left such a request waiting until its
+/// 600 s deadline).
+#[tokio::test]
+async fn a_request_racing_the_servers_close_goes_to_a_new_connection() {
+    let (url, h) = raw_server(20, 1);
+    let t = Target::new(&url, None, Some("tiny")).unwrap();
+    let t0 = Instant::now();
+    for i in 0..20 {
+        let r = t
+            .send(
+                &request(Endpoint::Completions, 1),
+                Instant::now(),
+                &CancellationFlag::new(),
+            )
+            .await;
+        assert_eq!(r.outcome, Outcome::Length, "request {i}: {:?}", r.message);
+    }
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    drop(t);
+    assert_eq!(h.join().unwrap(), vec![1; 20]);
+}
+
 #[tokio::test]
 async fn a_connection_the_server_closed_is_replaced() {
     // every connection serves one request, then the server closes it while it sits idle in the

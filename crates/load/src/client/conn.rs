@@ -12,7 +12,8 @@
 //! polls an idle connection; a
 //! connection the server closed while it sat in the pool is noticed when it is taken out (its
 //! first poll reads the EOF), and a request that such a connection refused unsent goes to the
-//! next one, as hyper-util's pooled client does.
+//! next one, as hyper-util's pooled client does; so does a request sent on a reused connection
+//! whose close had not been read yet, when the connection dies with no response head.
 //!
 //! One connection carries one request at a time (HTTP/1.1 without pipelining); a stream in
 //! flight holds its connection, so there are as many connections as streams.
@@ -34,8 +35,11 @@ use tokio::net::TcpStream;
 
 /// A connection's future and whether it has ended (it must not be polled after that).
 pub(crate) struct ConnDriver {
-    conn: Connection<TokioIo<TcpStream>, Full<Bytes>>,
-    ended: bool,
+    /// The connection future; dropped as soon as it completes, because hyper closes the request
+    /// and response channels only when the dispatcher inside it is dropped: a completed but kept
+    /// connection (the server closed an idle keep-alive connection) would leave a request on it
+    /// waiting for an answer that can never come.
+    conn: Option<Connection<TokioIo<TcpStream>, Full<Bytes>>>,
     relay: Arc<Relay>,
     /// `relay` as a waker (made once).
     waker: Waker,
@@ -75,8 +79,7 @@ impl ConnDriver {
             woken: AtomicBool::new(false),
         });
         ConnDriver {
-            conn,
-            ended: false,
+            conn: Some(conn),
             waker: Waker::from(relay.clone()),
             relay,
         }
@@ -131,12 +134,13 @@ fn poll_round<T>(
         if let Poll::Ready(v) = f(cx) {
             return Poll::Ready(v);
         }
-        if conn.ended {
+        let Some(c) = conn.conn.as_mut() else {
             return Poll::Pending;
-        }
-        match Pin::new(&mut conn.conn).poll(cx) {
-            // The outcome reaches `f` through hyper's channels; poll it again.
-            Poll::Ready(_) => conn.ended = true,
+        };
+        match Pin::new(c).poll(cx) {
+            // Dropping the finished connection closes hyper's channels, so `f` sees the end
+            // (an error, or its value) when polled again.
+            Poll::Ready(_) => conn.conn = None,
             Poll::Pending => return f(cx),
         }
     }
@@ -198,7 +202,7 @@ impl Pool {
 
     /// Returns a connection whose exchange ended cleanly (the whole body was read).
     pub(crate) fn put_back(&self, mut link: Link) {
-        if link.conn.ended || link.tx.is_closed() {
+        if link.conn.conn.is_none() || link.tx.is_closed() {
             return;
         }
         link.idle_since = Instant::now();
@@ -259,16 +263,55 @@ impl Pool {
                 }
                 continue;
             }
+            // A reused connection may have been closed by the server a moment ago, with the
+            // close not yet read: the request then goes out and dies with no answer. Keep a copy
+            // (the body is a refcounted `Bytes`) so that it can go to another connection.
+            let backup = (!fresh).then(|| copy_request(&req));
             let mut sent = pin!(link.tx.try_send_request(req));
             match drive(&mut link.conn, |cx| sent.as_mut().poll(cx)).await {
                 Ok(resp) => return Ok((link, resp)),
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) if !fresh => req = unsent,
+                Err(mut e) => match (e.take_message(), backup) {
+                    (Some(unsent), _) if !fresh => req = unsent,
+                    // No response head came back on a reused connection that the server had
+                    // closed: the server never took the request, so it goes to the next one.
+                    (None, Some(copy)) if closed_before_answer(e.error()) => req = copy,
                     _ => return Err(describe(e.error())),
                 },
             }
         }
     }
+}
+
+/// The same request again: method, URI, version, headers and (shared) body.
+fn copy_request(r: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut c = Request::new(r.body().clone());
+    *c.method_mut() = r.method().clone();
+    *c.uri_mut() = r.uri().clone();
+    *c.version_mut() = r.version();
+    *c.headers_mut() = r.headers().clone();
+    c
+}
+
+/// Whether a send failed because the connection was closed under it before any answer (EOF,
+/// reset or broken pipe), as happens to a pooled connection the server had just closed.
+fn closed_before_answer(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() || e.is_closed() {
+        return true;
+    }
+    let mut src = std::error::Error::source(e);
+    while let Some(c) = src {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::UnexpectedEof
+            );
+        }
+        src = c.source();
+    }
+    false
 }
 
 /// An error and its sources, joined with `: `.
