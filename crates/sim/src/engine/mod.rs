@@ -426,12 +426,8 @@ impl Engine {
     /// by `scripts/conformance/vllm.sh` (steps `cancel` and `twin-cancel`). Unknown or already
     /// finished ids are ignored.
     pub fn cancel(&mut self, id: RequestId, _now_s: f64) {
-        if let Some(slot) = self.detach(id)
-            && let Some(r) = self.slab[slot as usize].take()
-        {
-            self.pool.free(&r.blocks);
-            self.by_id.remove(&r.uid);
-            self.free_slots.push(slot);
+        if let Some(slot) = self.detach(id) {
+            self.release(slot);
         }
     }
 
@@ -766,13 +762,20 @@ impl Engine {
     }
 
     /// Records a finished request (vLLM `update_from_finished_request`) and frees its slot/blocks.
-    fn finish(&mut self, slot: u32, reason: FinishReason, now_s: f64) {
-        let Some(r) = self.slab[slot as usize].take() else {
-            return;
-        };
+    /// Takes a request out of its slot and frees its KV blocks, its id and the slot; the
+    /// request, if the slot held one.
+    fn release(&mut self, slot: u32) -> Option<Request> {
+        let r = self.slab[slot as usize].take()?;
         self.pool.free(&r.blocks);
         self.by_id.remove(&r.uid);
         self.free_slots.push(slot);
+        Some(r)
+    }
+
+    fn finish(&mut self, slot: u32, reason: FinishReason, now_s: f64) {
+        let Some(r) = self.release(slot) else {
+            return;
+        };
         if let Some(sched) = r.scheduled_s {
             self.recent_queue
                 .push((RequestId(r.uid), (sched - r.queued_s).max(0.0)));
