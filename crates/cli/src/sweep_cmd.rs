@@ -166,8 +166,17 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     // Every number on the command line is checked before anything starts, as the workload's
     // fields are: bad input is an error naming the flag, never a panic.
     let scrape_interval = flag_scrape_interval(args.scrape_interval)?;
+    // Each spec file is read once: parsed here, and copied into the run directory below.
+    let read = |p: &Path| {
+        std::fs::read_to_string(p)
+            .map_err(|e| headroom_core::yaml::YamlError::new(p, format!("cannot read file: {e}")))
+    };
+    let workload_text = match &args.workload {
+        Some(p) => read(p)?,
+        None => DEFAULT_WORKLOAD_YAML.to_string(),
+    };
     let workload = match &args.workload {
-        Some(p) => Workload::load(p)?,
+        Some(p) => Workload::parse(&workload_text, p, p.parent().unwrap_or(Path::new(".")))?,
         None => Workload::builtin(),
     };
     let mode = workload.spec.load.mode;
@@ -205,8 +214,12 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         .measure
         .map(|v| flag_window("--measure", v, false))
         .transpose()?;
+    let slo_text = match &args.slo {
+        Some(p) => read(p)?,
+        None => DEFAULT_SLO_YAML.to_string(),
+    };
     let slo = match &args.slo {
-        Some(p) => SloFile::load(p)?,
+        Some(p) => SloFile::parse(&slo_text, p)?,
         None => SloFile::parse(DEFAULT_SLO_YAML, Path::new("<built-in slo>"))?,
     };
     for class in slo.named_classes() {
@@ -417,28 +430,10 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     };
     // The spec files as given, so the run directory is reproducible and `headroom diagnose
     // --from RUN_DIR` judges against the same SLO (the windows as run are in manifest.json).
-    let spec_texts = [
-        (
-            "slo.yaml",
-            match &args.slo {
-                Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
-                None => DEFAULT_SLO_YAML.to_string(),
-            },
-        ),
-        (
-            "workload.yaml",
-            match &args.workload {
-                Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
-                None => DEFAULT_WORKLOAD_YAML.to_string(),
-            },
-        ),
-    ];
-    for (name, text) in spec_texts {
-        if !text.is_empty() {
-            let path = run_dir.join(name);
-            headroom_report::write_atomic(&path, text.as_bytes())
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
+    for (name, text) in [("slo.yaml", &slo_text), ("workload.yaml", &workload_text)] {
+        let path = run_dir.join(name);
+        headroom_report::write_atomic(&path, text.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     headroom_report::write_atomic(
         &run_dir.join("manifest.json"),
