@@ -18,6 +18,9 @@
 #   twin-cancel  the same cancelled burst against the engine twin: it must count it as vLLM did
 #                (request_success_total per reason, E2E/TTFT/generation-length histogram counts)
 #   gateway      the same cancellation through `headroom gateway` in front of vLLM
+#   openai       the official OpenAI Python client (check_openai.py: models, streamed and plain
+#                chat and completions, 404 and 400 errors) against vLLM, against `headroom sim`,
+#                and through `headroom gateway` in front of the twin: every check passes on all three
 #   admission    vLLM restarted with --max-num-seqs 4, 16 concurrent: findings from the sweep and
 #                from diagnose --url include admission_saturation and not kv_pressure; the sweep's
 #                client/server rows agree
@@ -39,7 +42,7 @@ VS=$ROOT/scripts/vllm
 OUT=${CONFORMANCE_OUT:-$(mktemp -d /tmp/headroom-conformance.XXXXXX)}
 mkdir -p "$OUT"
 B=http://127.0.0.1:$VLLM_PORT
-STEPS=${CONFORMANCE_STEPS:-"reconcile diagnose twin cancel twin-cancel gateway admission kv"}
+STEPS=${CONFORMANCE_STEPS:-"reconcile diagnose twin cancel twin-cancel gateway openai admission kv"}
 SUITE_T0=$(date +%s)
 RESULTS=(); FAILED=0; SKIPPED=0
 TWIN_PID=""; GW_PID=""; BG_PIDS=()
@@ -173,6 +176,22 @@ s_gateway() {
   return $rc
 }
 
+s_openai() {
+  local tp gp rc=0 i; tp=$(free_port); gp=$(free_port)
+  PY 120 "$HERE/check_openai.py" --url "$B" --max-model-len 2048 || rc=1
+  "$H" sim --port "$tp" --dcgm-port "$(free_port)" --max-model-len 2048 --served-model-name tiny \
+    > "$OUT/openai-twin.log" 2>&1 &
+  TWIN_PID=$!
+  "$H" gateway --listen "127.0.0.1:$gp" --upstream "http://127.0.0.1:$tp" > "$OUT/openai-gateway.log" 2>&1 &
+  GW_PID=$!
+  for i in $(seq 1 100); do curl -sf -m 1 "http://127.0.0.1:$tp/health" >/dev/null && break; sleep 0.2; done
+  for i in $(seq 1 100); do curl -s -m 1 -o /dev/null "http://127.0.0.1:$gp/" && break; sleep 0.2; done
+  PY 120 "$HERE/check_openai.py" --url "http://127.0.0.1:$tp" --max-model-len 2048 || rc=1
+  PY 120 "$HERE/check_openai.py" --url "http://127.0.0.1:$gp" --max-model-len 2048 || rc=1
+  kill "$GW_PID" "$TWIN_PID"; wait "$GW_PID" "$TWIN_PID" 2>/dev/null; GW_PID=""; TWIN_PID=""
+  return $rc
+}
+
 scenario() {  # scenario NAME WORKLOAD LEVEL EXPECT FORBID: sweep one level while diagnose --url watches
   timeout 240 "$H" diagnose --url "$B/metrics" --interval 1s --duration 8s --slo "$W/slo.yaml" \
     --format json > "$OUT/$1-diagnose.json" 2> "$OUT/$1-diagnose.stderr" &
@@ -191,7 +210,7 @@ s_admission() { vllm_up --max-num-seqs 4 && scenario admission admission.yaml 16
 s_kv() { vllm_up --num-gpu-blocks-override 24 && scenario kv kv.yaml 32 kv_pressure admission_saturation; }
 
 # ---------------------------------------------------------------------------------------------
-if want reconcile || want diagnose || want twin || want cancel || want gateway; then
+if want reconcile || want diagnose || want twin || want cancel || want gateway || want openai; then
   step vllm-start vllm_up
 fi
 want reconcile && step reconcile s_reconcile
@@ -206,6 +225,7 @@ if want gateway; then
   if "$H" help gateway > /dev/null 2>&1; then step gateway s_gateway
   else skip gateway "this headroom has no gateway subcommand yet"; fi
 fi
+want openai && step openai s_openai
 want admission && step admission s_admission
 want kv && step kv s_kv
 "$VS/stop_server.sh" > /dev/null
