@@ -188,10 +188,6 @@ pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> As
         Verdict::Inconclusive
     };
 
-    let verdicts: Vec<(String, Verdict)> = objectives
-        .iter()
-        .map(|o| (o.id.clone(), o.verdict))
-        .collect();
     let slo_has_queue_objective = slo.objectives.iter().any(|o| {
         matches!(
             o,
@@ -218,7 +214,7 @@ pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> As
         }
         let ctx = rules::Context {
             facts: &facts,
-            verdicts: &verdicts,
+            objectives: &objectives,
             slo_has_queue_objective,
             workload_drift: client.and_then(|c| c.workload_drift.as_deref()),
             ignore_eos_share: client.and_then(|c| c.ignore_eos_share),

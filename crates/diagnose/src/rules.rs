@@ -4,13 +4,31 @@
 //! nothing), so every finding carries the figures that made it fire.
 //!
 //! Thresholds are written in the rows' `condition` text and in the functions, nowhere else.
+//!
+//! Two rules hold for every row:
+//! - A finding fires only when it explains an objective that fails or nearly fails
+//!   ([`NEAR_FAILING_SHARE`]) or asks for an action; a description of a healthy workload is a
+//!   remark in the six steps instead.
+//! - Evidence that makes a qualitative claim ("DRAM busy", "prefill is short") makes it about its
+//!   own value, and the note starts with the comparison that decides it (`≥ 0.5: DRAM busy`,
+//!   `< 0.3: prefill is short beside the queue`); the claim is chosen by that comparison, so it
+//!   cannot contradict the number shown ([`judged`]).
+//!
+//! Rows whose actions would pull opposite ways (a larger batch against a smaller one, "no change
+//! needed" against any change) never fire together: each such row yields to the one whose
+//! objective is failing (see the tie-breaks in `admission_saturation` and `efficient_load`).
 
 use headroom_core::Verdict;
+use headroom_core::run::ObjectiveResult;
 use headroom_core::verdict::{Confidence, Evidence};
 
 use headroom_signals::Signal;
 
 use crate::facts::Facts;
+
+/// An objective "nearly fails" when its observed value reaches this share of its threshold
+/// (0.8: less than 1.25× headroom, the margin a sweep reports as the tightest).
+pub const NEAR_FAILING_SHARE: f64 = 0.8;
 
 /// What kind of statement a row makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -30,8 +48,9 @@ pub enum Category {
 pub struct Context<'a> {
     /// Derived figures.
     pub facts: &'a Facts,
-    /// Verdicts per objective id decided so far (`ttft_p95` → FAIL, …).
-    pub verdicts: &'a [(String, Verdict)],
+    /// The objectives judged so far, with their verdicts and observed values (`ttft_p95` →
+    /// FAIL, observed 0.42 s against 0.3 s, …).
+    pub objectives: &'a [ObjectiveResult],
     /// Whether the SLO has a `queue_time` objective.
     pub slo_has_queue_objective: bool,
     /// The client's note that the workload drifted from its spec, if any.
@@ -46,15 +65,33 @@ pub struct Context<'a> {
 impl Context<'_> {
     fn verdict_of(&self, prefix: &str) -> Option<Verdict> {
         let vs: Vec<Verdict> = self
-            .verdicts
+            .objectives
             .iter()
-            .filter(|(id, _)| id.starts_with(prefix))
-            .map(|(_, v)| *v)
+            .filter(|o| o.id.starts_with(prefix))
+            .map(|o| o.verdict)
             .collect();
         (!vs.is_empty()).then(|| Verdict::combine(vs))
     }
     fn all_pass(&self) -> bool {
-        !self.verdicts.is_empty() && self.verdicts.iter().all(|(_, v)| *v == Verdict::Pass)
+        !self.objectives.is_empty() && self.objectives.iter().all(|o| o.verdict == Verdict::Pass)
+    }
+    /// Whether an ITL or TPOT objective fails: decode speed breaks an objective.
+    fn decode_fails(&self) -> bool {
+        [self.verdict_of("itl"), self.verdict_of("tpot")].contains(&Some(Verdict::Fail))
+    }
+    /// Among the objectives whose id starts with one of `prefixes`, the one closest to its
+    /// threshold, with observed / threshold. Readings known only as an upper bound (the rank fell
+    /// in a histogram's first bucket) are left out: their value is a bucket edge, not a margin.
+    fn tightest(&self, prefixes: &[&str]) -> Option<(&ObjectiveResult, f64)> {
+        self.objectives
+            .iter()
+            .filter(|o| prefixes.iter().any(|p| o.id.starts_with(p)))
+            .filter(|o| !o.reason.contains(crate::UPPER_BOUND_ONLY))
+            .filter_map(|o| {
+                let v = o.observed?;
+                (o.threshold > 0.0 && v.is_finite()).then(|| (o, v / o.threshold))
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1))
     }
 }
 
@@ -101,6 +138,73 @@ fn ev(metric: &str, value: f64, unit: &str, note: impl Into<String>) -> Evidence
     }
 }
 
+/// The threshold a [`judged`] claim compares its value with.
+#[derive(Debug, Clone, Copy)]
+enum Cmp {
+    /// The claim holds when value ≥ the threshold.
+    AtLeast(f64),
+    /// The claim holds when value ≤ the threshold.
+    AtMost(f64),
+}
+
+fn fmt_threshold(t: f64, unit: &str) -> String {
+    match unit {
+        "s" | "°C" | "%" | "tokens" => format!("{t} {unit}"),
+        _ => format!("{t}"),
+    }
+}
+
+/// Evidence whose note states a claim about its own value, decided by `cmp`: `holds` when the
+/// comparison holds, `fails` otherwise, each preceded by the comparison as it came out
+/// (`≥ 0.5: DRAM busy`, `< 0.5: DRAM not busy`), then `; rest` when `rest` is not empty.
+fn judged(
+    metric: &str,
+    value: f64,
+    unit: &str,
+    cmp: Cmp,
+    holds: &str,
+    fails: &str,
+    rest: impl Into<String>,
+) -> Evidence {
+    let (op, t, claim) = match cmp {
+        Cmp::AtLeast(t) if value >= t => ("≥", t, holds),
+        Cmp::AtLeast(t) => ("<", t, fails),
+        Cmp::AtMost(t) if value <= t => ("≤", t, holds),
+        Cmp::AtMost(t) => (">", t, fails),
+    };
+    let rest = rest.into();
+    let mut note = format!("{op} {}: {claim}", fmt_threshold(t, unit));
+    if !rest.is_empty() {
+        note.push_str("; ");
+        note.push_str(&rest);
+    }
+    ev(metric, value, unit, note)
+}
+
+/// Evidence for one objective's margin: observed / threshold, judged against
+/// [`NEAR_FAILING_SHARE`].
+fn margin(o: &ObjectiveResult, share: f64, rest: &str) -> Evidence {
+    let observed = o.observed.unwrap_or(f64::NAN);
+    judged(
+        &format!("objective {}", o.id),
+        share,
+        "ratio",
+        Cmp::AtLeast(NEAR_FAILING_SHARE),
+        &format!("{} fails or nearly fails", o.description),
+        &format!("{} passes with room", o.description),
+        format!(
+            "observed {observed:.4} against the threshold {} ({}){}",
+            o.threshold,
+            o.verdict.as_str(),
+            if rest.is_empty() {
+                String::new()
+            } else {
+                format!("; {rest}")
+            }
+        ),
+    )
+}
+
 /// The table, in evaluation order (bottlenecks first, advice last).
 pub const RULES: &[Rule] = &[
     Rule {
@@ -144,9 +248,9 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "admission_saturation",
-        title: "Admission saturation: requests wait for a batch slot, not for KV or compute",
+        title: "Admission saturation: requests wait for a batch slot while the KV pool has room",
         category: Category::Bottleneck,
-        condition: "queue time ≥ 50 % of server TTFT and ≥ 50 ms mean, no preemptions, KV-cache usage max < 0.9 (or unknown), not explained by prefill contention (which fired first), and, with ≥ 3 scrapes, some requests seen waiting",
+        condition: "queue time ≥ 50 % of server TTFT and ≥ 50 ms mean, no preemptions, KV-cache usage max < 0.9 (or unknown), not explained by prefill contention or KV pressure (which fired first), no ITL or TPOT objective failing (a larger batch would break it further: decode capacity and the autoscaling trigger speak then), and, with ≥ 3 scrapes, some requests seen waiting",
         bottleneck: "the scheduler's admission limit (--max-num-seqs / --max-num-batched-tokens) or offered load beyond one replica: requests queue while KV room is left",
         action: "raise --max-num-seqs (and --max-num-batched-tokens) while KV usage and ITL stay within bounds; otherwise add replicas",
         trade_off: "a larger batch raises ITL/TPOT for everyone; replicas cost GPUs",
@@ -170,7 +274,7 @@ pub const RULES: &[Rule] = &[
         id: "decode_capacity",
         title: "Decode capacity: token generation is too slow for the ITL objective",
         category: Category::Bottleneck,
-        condition: "an ITL or TPOT objective fails while decode is ≥ 50 % of running time",
+        condition: "an ITL or TPOT objective fails while decode is ≥ 50 % of running (inference) time",
         bottleneck: "decode step time: batch too large for the GPU's memory bandwidth, or a model too large for the device",
         action: "lower --max-num-seqs to shorten decode steps, or quantise the weights (FP8/INT4) / use a faster GPU; speculative decoding helps at low batch sizes",
         trade_off: "smaller batches lower throughput per GPU; quantisation may cost accuracy",
@@ -206,8 +310,8 @@ pub const RULES: &[Rule] = &[
         category: Category::Bottleneck,
         condition: "an ITL or TPOT objective fails, and GPU engine active ≥ 0.5, DRAM active ≥ 0.5 and tensor-pipe active < 0.2 (means over the window)",
         bottleneck: "HBM bandwidth: decode reads every weight per step",
-        action: "quantise before buying hardware (FP8/INT4 weights halve or quarter the bytes read per token); larger batches amortise the reads",
-        trade_off: "quantisation may cost accuracy; larger batches raise ITL",
+        action: "quantise before buying hardware (FP8/INT4 weights halve or quarter the bytes read per token); otherwise a GPU with more memory bandwidth",
+        trade_off: "quantisation may cost accuracy; a larger batch would amortise the reads but raise ITL further, so it is no remedy while an ITL or TPOT objective fails",
         watch: &[
             "DCGM_FI_PROF_DRAM_ACTIVE",
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
@@ -282,28 +386,31 @@ pub const RULES: &[Rule] = &[
         id: "decode_dominated",
         title: "Decode-dominated workload: stop optimising prefill",
         category: Category::Workload,
-        condition: "decode ≥ 80 % of running (inference) time",
-        bottleneck: "generation length: most of a request's running time is decode",
-        action: "optimise decode (batching, quantisation, speculative decoding) rather than prefill",
-        trade_off: "none; this is a pointer where effort pays",
+        condition: "decode ≥ 80 % of running (inference) time, an ITL, TPOT or E2E objective fails or nearly fails (observed ≥ 80 % of its threshold), and decode capacity did not fire (it already gives the decode-side action); on a level where those objectives pass with room, the decode share is a remark in step 1, not a finding",
+        bottleneck: "generation length: most of a request's running time is decode, so decode speed sets the objective that is failing or close to it",
+        action: "spend the effort on decode (quantisation, speculative decoding, a GPU with more memory bandwidth), not on prefill: chunked prefill or shorter prompts cannot move this objective much",
+        trade_off: "quantisation may cost accuracy; speculative decoding needs a draft model and GPU memory",
         watch: &[
             "vllm:request_decode_time_seconds",
             "vllm:request_inference_time_seconds",
+            "vllm:inter_token_latency_seconds",
+            "vllm:e2e_request_latency_seconds",
         ],
         inputs: &[Signal::DecodeTime, Signal::InferenceTime],
         check: decode_dominated,
     },
     Rule {
         id: "efficient_load",
-        title: "Efficient load: the GPU is busy and every objective passes",
+        title: "Efficient load: every objective passes with the GPU well used",
         category: Category::Workload,
-        condition: "every objective PASS, GPU engine active ≥ 0.6 (or GPU_UTIL ≥ 80 % without profiling metrics)",
-        bottleneck: "none: this is the operating point to keep",
-        action: "keep this load as the per-replica capacity; scale out beyond it",
+        condition: "every objective PASS, GPU engine active ≥ 0.6 (or GPU_UTIL ≥ 80 % without profiling metrics), and no bottleneck or health finding fired (their actions would contradict \"no change needed\")",
+        bottleneck: "none at this level",
+        action: "no change needed at this level; one window cannot tell whether more load would still pass (a sweep's capacity is the highest level where every objective passes), so watch the objective closest to its threshold (in the evidence) as load grows",
         trade_off: "none",
         watch: &[
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
             "vllm:request_queue_time_seconds",
+            "vllm:inter_token_latency_seconds",
         ],
         inputs: &[],
         check: efficient_load,
@@ -327,7 +434,7 @@ pub const RULES: &[Rule] = &[
         id: "autoscaling_trigger",
         title: "Autoscale on KV usage and waiting requests, never on GPU utilisation",
         category: Category::Advice,
-        condition: "admission saturation or KV pressure fired",
+        condition: "admission saturation or KV pressure fired, or decode capacity fired while requests were seen waiting (waiting max ≥ 1): one replica cannot take the load at this ITL",
         bottleneck: "capacity of one replica",
         action: "scale replicas on vllm:num_requests_waiting > 0 sustained, or vllm:kv_cache_usage_perc > 0.9; GPU utilisation reads high at any batch size",
         trade_off: "more replicas cost GPUs; scale-up takes minutes (model load)",
@@ -349,6 +456,48 @@ pub const RULES: &[Rule] = &[
     },
 ];
 
+/// Evidence on the KV pool's size in requests: vLLM's figure at `max_model_len`, and the pool at
+/// the observed mean request size judged against the largest batch seen running.
+fn kv_capacity_evidence(f: &Facts, evidence: &mut Vec<Evidence>) {
+    if let Some(mc) = f.kv_max_concurrency {
+        evidence.push(ev(
+            "kv_cache_max_concurrency",
+            mc,
+            "requests",
+            "KV capacity at max_model_len (vLLM's figure, cache_config_info): requests of the whole context length each; real requests use fewer tokens, see kv_concurrency_at_mean_request",
+        ));
+    }
+    let (Some(at_mean), Some(pool), Some(req)) = (
+        f.kv_concurrency_at_mean_request,
+        f.kv_pool_block_tokens,
+        f.request_tokens_mean,
+    ) else {
+        return;
+    };
+    let how = format!(
+        "{pool} KV tokens (num_gpu_blocks × block_size, cache_config_info) / {req:.1} tokens per request (mean prompt + generation, vllm:request_prompt_tokens + vllm:request_generation_tokens)"
+    );
+    // A single scrape shows the running gauge at its own moment only (often 0 after a burst):
+    // no batch to compare with.
+    match f.running_max.filter(|_| f.gauge_samples >= 2) {
+        Some(r) => evidence.push(judged(
+            "kv_concurrency_at_mean_request",
+            at_mean,
+            "requests",
+            Cmp::AtLeast(r),
+            "the pool holds the largest running batch seen (running max) at the mean request size",
+            "the pool cannot hold the largest running batch seen (running max) at the mean request size",
+            how,
+        )),
+        None => evidence.push(ev(
+            "kv_concurrency_at_mean_request",
+            at_mean,
+            "requests",
+            how,
+        )),
+    }
+}
+
 fn kv_pressure(c: &Context<'_>) -> Option<Match> {
     let f = c.facts;
     let pre = f.preemptions.unwrap_or(0.0);
@@ -361,17 +510,42 @@ fn kv_pressure(c: &Context<'_>) -> Option<Match> {
     if !(preempting || (full && capacity_wait)) {
         return None;
     }
-    let mut evidence = vec![ev(
-        "vllm:num_preemptions_total",
-        pre,
-        "count",
-        format!("increase over the window ({per_req:.2} per finished request)"),
-    )];
+    let mut evidence = vec![
+        ev(
+            "vllm:num_preemptions_total",
+            pre,
+            "count",
+            "increase over the window",
+        ),
+        judged(
+            "preemptions_per_request",
+            per_req,
+            "ratio",
+            Cmp::AtLeast(0.01),
+            "requests are preempted for KV room",
+            "preemptions too rare to count",
+            "preemptions / finished requests",
+        ),
+    ];
     if let Some(k) = f.kv_usage_max {
-        evidence.push(ev(
+        evidence.push(judged(
             "vllm:kv_cache_usage_perc",
             k,
             "ratio",
+            Cmp::AtLeast(0.95),
+            "the pool was full at a scrape",
+            "below full at every scrape (preemptions free blocks between scrapes)",
+            "max over the window's scrapes",
+        ));
+    }
+    if let Some(w) = f.waiting_capacity_max {
+        evidence.push(judged(
+            "vllm:num_requests_waiting_by_reason{reason=\"capacity\"}",
+            w,
+            "count",
+            Cmp::AtLeast(1.0),
+            "requests waited for capacity",
+            "no request seen waiting for capacity",
             "max over the window's scrapes",
         ));
     }
@@ -383,31 +557,27 @@ fn kv_pressure(c: &Context<'_>) -> Option<Match> {
             "num_gpu_blocks × block_size (cache_config_info)",
         ));
     }
-    if let Some(mc) = f.kv_max_concurrency {
-        evidence.push(ev(
-            "kv_cache_max_concurrency",
-            mc,
-            "requests",
-            "full-length requests the pool holds at once (cache_config_info)",
-        ));
-    }
+    kv_capacity_evidence(f, &mut evidence);
     if let Some(q) = f.queue_mean_s {
         evidence.push(ev(
             "vllm:request_queue_time_seconds",
             q,
             "s",
-            "mean per request (waiting for KV)",
+            "mean per request",
         ));
     }
-    let strong = [
-        preempting,
-        full,
-        capacity_wait,
-        f.kv_max_concurrency.is_some_and(|m| m < 4.0),
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count();
+    // The pool is too small for the batch that ran when, at the observed mean request size, it
+    // holds fewer requests than were running at once; without token sizes or a running gauge
+    // over ≥ 2 scrapes, vLLM's own figure below 4 full-length requests says the same coarsely.
+    let running = f.running_max.filter(|_| f.gauge_samples >= 2);
+    let too_small = match (f.kv_concurrency_at_mean_request, running) {
+        (Some(m), Some(r)) => m < r,
+        _ => f.kv_max_concurrency.is_some_and(|m| m < 4.0),
+    };
+    let strong = [preempting, full, capacity_wait, too_small]
+        .iter()
+        .filter(|b| **b)
+        .count();
     let confidence = match strong {
         0 | 1 => Confidence::Medium,
         _ => Confidence::High,
@@ -425,12 +595,22 @@ fn admission_saturation(c: &Context<'_>) -> Option<Match> {
     if share < 0.5 || queue < 0.05 {
         return None;
     }
-    if f.preemptions.unwrap_or(0.0) > 0.0 || f.kv_usage_max.is_some_and(|k| k >= 0.9) {
+    if f.preemptions.unwrap_or(0.0) > 0.0
+        || f.kv_usage_max.is_some_and(|k| k >= 0.9)
+        || c.fired.contains(&"kv_pressure")
+    {
         return None;
     }
     // Requests that queue because long prefills hold the token budget are prefill contention
     // (engine twin: a quarter of 8k-token prompts, queue ≈ prefill ≈ 1 s), not a slot limit.
     if c.fired.contains(&"prefill_contention") {
+        return None;
+    }
+    // "Raise --max-num-seqs" lengthens every decode step: with an ITL or TPOT objective failing
+    // it would break that objective further, and it would contradict decode capacity's "lower
+    // --max-num-seqs" (engine twin at 256 clients: queue 1.1 s and ITL p95 76 ms > 50 ms). The
+    // queue then says one replica cannot take the load: the autoscaling trigger fires instead.
+    if c.decode_fails() {
         return None;
     }
     // With several scrapes and never a request waiting, the queue time was transient (bursts
@@ -440,26 +620,35 @@ fn admission_saturation(c: &Context<'_>) -> Option<Match> {
         return None;
     }
     let mut evidence = vec![
-        ev(
+        judged(
             "vllm:request_queue_time_seconds",
             queue,
             "s",
+            Cmp::AtLeast(0.05),
+            "requests queue long enough to matter",
+            "queueing too short to matter",
             "mean per request over the window",
         ),
-        ev(
+        judged(
             "queue_share_of_ttft",
             share,
             "ratio",
+            Cmp::AtLeast(0.5),
+            "most of TTFT is queueing",
+            "queueing is the smaller part of TTFT",
             format!(
                 "queue mean / server TTFT mean ({:.3} s)",
                 f.ttft_mean_s.unwrap_or(f64::NAN)
             ),
         ),
-        ev(
+        judged(
             "vllm:num_preemptions_total",
             f.preemptions.unwrap_or(0.0),
             "count",
-            "no preemption: KV is not the limit",
+            Cmp::AtMost(0.0),
+            "no request was preempted for KV room",
+            "requests were preempted",
+            "increase over the window",
         ),
     ];
     if let Some(p) = f.prefill_mean_s {
@@ -467,26 +656,50 @@ fn admission_saturation(c: &Context<'_>) -> Option<Match> {
             "vllm:request_prefill_time_seconds",
             p,
             "s",
-            "mean per request: prefill is short",
+            "mean per request",
+        ));
+    }
+    // Prefill below 30 % of TTFT is what prefill contention never looks at (its own floor).
+    let prefill_share = f.prefill_share_of_ttft;
+    if let Some(ps) = prefill_share {
+        evidence.push(judged(
+            "prefill_share_of_ttft",
+            ps,
+            "ratio",
+            Cmp::AtMost(0.3),
+            "prefill is short beside the queue",
+            "prefill is a large part of TTFT too: long prompts add to the wait, though prefill contention did not fire (no ITL spikes ≥ 3×, no failing TTFT objective with prefill ≥ 50 % of it)",
+            "prefill mean / server TTFT mean",
         ));
     }
     if let Some(k) = f.kv_usage_max {
-        evidence.push(ev(
+        evidence.push(judged(
             "vllm:kv_cache_usage_perc",
             k,
             "ratio",
+            Cmp::AtMost(0.9),
+            "the KV pool has room",
+            "the KV pool is nearly full",
             "max over the window's scrapes",
         ));
     }
-    if let Some(mc) = f.kv_max_concurrency {
-        evidence.push(ev(
-            "kv_cache_max_concurrency",
-            mc,
-            "requests",
-            "room in the KV pool (cache_config_info)",
+    if f.gauge_samples >= 3
+        && let Some(w) = f.waiting_max
+    {
+        evidence.push(judged(
+            "vllm:num_requests_waiting",
+            w,
+            "count",
+            Cmp::AtLeast(1.0),
+            "requests were seen waiting",
+            "no request seen waiting",
+            format!("max over {} scrapes", f.gauge_samples),
         ));
     }
-    let confidence = if share >= 0.7 && (f.kv_usage_max.is_some() || f.kv_max_concurrency.is_some())
+    kv_capacity_evidence(f, &mut evidence);
+    let confidence = if share >= 0.7
+        && prefill_share.is_none_or(|p| p <= 0.3)
+        && (f.kv_usage_max.is_some() || f.kv_concurrency_at_mean_request.is_some())
     {
         Confidence::High
     } else {
@@ -521,16 +734,22 @@ fn prefill_contention(c: &Context<'_>) -> Option<Match> {
         return None;
     }
     let mut evidence = vec![
-        ev(
+        judged(
             "vllm:request_prefill_time_seconds",
             prefill,
             "s",
+            Cmp::AtLeast(0.1),
+            "prefill is long enough to matter",
+            "prefill too short to matter",
             "mean per request",
         ),
-        ev(
+        judged(
             "prefill_share_of_ttft",
             share,
             "ratio",
+            Cmp::AtLeast(if spiking { 0.3 } else { 0.5 }),
+            "prefill is a large part of TTFT",
+            "prefill is the smaller part of TTFT",
             "prefill mean / server TTFT mean",
         ),
     ];
@@ -543,10 +762,13 @@ fn prefill_contention(c: &Context<'_>) -> Option<Match> {
         ));
     }
     if let (Some(r), Some(p50), Some(p95)) = (spikes, f.itl_p50, f.itl_p95) {
-        evidence.push(ev(
+        evidence.push(judged(
             "itl_p95_over_p50",
             r,
             "ratio",
+            Cmp::AtLeast(3.0),
+            "ITL spikes: decode steps stall behind prefill chunks",
+            "no ITL spikes; the failing TTFT objective made this fire",
             format!(
                 "vllm:inter_token_latency_seconds p95 in [{}, {}] s over p50 in [{}, {}] s (lower / upper bound)",
                 p95.lower, p95.upper, p50.lower, p50.upper
@@ -565,17 +787,22 @@ fn prefill_contention(c: &Context<'_>) -> Option<Match> {
 
 fn decode_capacity(c: &Context<'_>) -> Option<Match> {
     let f = c.facts;
-    let failing = [c.verdict_of("itl"), c.verdict_of("tpot")].contains(&Some(Verdict::Fail));
     let share = f.decode_share_of_inference?;
-    if !failing || share < 0.5 {
+    if !c.decode_fails() || share < 0.5 {
         return None;
     }
-    let mut evidence = vec![ev(
+    let mut evidence = vec![judged(
         "decode_share_of_inference",
         share,
         "ratio",
+        Cmp::AtLeast(0.5),
+        "decode is most of the running time",
+        "decode is the smaller part of the running time",
         "decode mean / inference mean",
     )];
+    if let Some((o, m)) = c.tightest(&["itl", "tpot"]) {
+        evidence.push(margin(o, m, ""));
+    }
     if let Some(i) = f.itl_mean_s {
         evidence.push(ev(
             "vllm:inter_token_latency_seconds",
@@ -590,6 +817,17 @@ fn decode_capacity(c: &Context<'_>) -> Option<Match> {
             r,
             "count",
             "mean over the window's scrapes",
+        ));
+    }
+    if let Some(w) = f.waiting_max.filter(|w| *w >= 1.0) {
+        evidence.push(judged(
+            "vllm:num_requests_waiting",
+            w,
+            "count",
+            Cmp::AtLeast(1.0),
+            "requests also queue: a larger batch would lengthen decode steps further, so the queue calls for replicas (autoscaling trigger), not a higher --max-num-seqs",
+            "no request seen waiting",
+            "max over the window's scrapes",
         ));
     }
     Some(Match {
@@ -617,7 +855,15 @@ fn device_fault(c: &Context<'_>) -> Option<Match> {
         ));
     }
     if let Some(t) = hot {
-        evidence.push(ev("DCGM_FI_DEV_GPU_TEMP", t, "°C", "max over the window"));
+        evidence.push(judged(
+            "DCGM_FI_DEV_GPU_TEMP",
+            t,
+            "°C",
+            Cmp::AtLeast(85.0),
+            "hot enough for the GPU to slow its clocks",
+            "below the slowdown range",
+            "max over the window",
+        ));
     }
     Some(Match {
         confidence: if f.gpu_xids.is_empty() {
@@ -638,29 +884,37 @@ fn memory_bandwidth_bound(c: &Context<'_>) -> Option<Match> {
     // Decode reads every weight per step, so any busy decode-heavy GPU shows this profile
     // (engine twin, healthy 4-client load: DRAM 0.55, tensor 0.05). It is a bottleneck only
     // when decode speed is what breaks an objective.
-    let decode_fails = [c.verdict_of("itl"), c.verdict_of("tpot")].contains(&Some(Verdict::Fail));
-    if !decode_fails {
+    if !c.decode_fails() {
         return None;
     }
     Some(Match {
         confidence: Confidence::Medium,
         evidence: vec![
-            ev(
+            judged(
                 "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
                 gr,
                 "ratio",
+                Cmp::AtLeast(0.5),
+                "the GPU is busy",
+                "the GPU is mostly idle",
                 "mean, busiest GPU",
             ),
-            ev(
+            judged(
                 "DCGM_FI_PROF_DRAM_ACTIVE",
                 dram,
                 "ratio",
+                Cmp::AtLeast(0.5),
+                "DRAM is busy",
+                "DRAM is not busy",
                 "mean, busiest GPU",
             ),
-            ev(
+            judged(
                 "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
                 tensor,
                 "ratio",
+                Cmp::AtMost(0.2),
+                "tensor pipes mostly idle: the GPU waits on memory",
+                "tensor pipes busy",
                 "mean, busiest GPU",
             ),
         ],
@@ -679,16 +933,22 @@ fn batching_not_working(c: &Context<'_>) -> Option<Match> {
     Some(Match {
         confidence: Confidence::Medium,
         evidence: vec![
-            ev(
+            judged(
                 "vllm:num_requests_waiting",
                 w,
                 "count",
+                Cmp::AtLeast(1.0),
+                "requests waited",
+                "no request waited",
                 format!("max over {} scrapes", f.gauge_samples),
             ),
-            ev(
+            judged(
                 "vllm:num_requests_running",
                 r,
                 "count",
+                Cmp::AtMost(1.0),
+                "one request at a time",
+                "requests ran together",
                 "max over the same scrapes",
             ),
         ],
@@ -777,6 +1037,15 @@ fn truncation(c: &Context<'_>) -> Option<Match> {
                 "tokens",
                 format!("mean; mean max_tokens {m}"),
             ));
+            evidence.push(judged(
+                "generated_over_max_tokens",
+                g / m,
+                "ratio",
+                Cmp::AtLeast(0.95),
+                "answers run to the cap",
+                "the mean answer stops below the cap",
+                "mean generated / mean max_tokens",
+            ));
             g / m >= 0.95
         }
         _ => false,
@@ -814,16 +1083,22 @@ fn low_prefix_reuse(c: &Context<'_>) -> Option<Match> {
     Some(Match {
         confidence: Confidence::Low,
         evidence: vec![
-            ev(
+            judged(
                 "prefix_cache_hit_ratio",
                 r,
                 "ratio",
+                Cmp::AtMost(0.1),
+                "little is shared",
+                "prefixes are shared",
                 "Δhits / Δqueries over the window",
             ),
-            ev(
+            judged(
                 "vllm:prefix_cache_queries_total",
                 q,
                 "tokens",
+                Cmp::AtLeast(1000.0),
+                "enough queries to judge the ratio",
+                "too few queries to judge the ratio",
                 "increase over the window",
             ),
         ],
@@ -832,25 +1107,44 @@ fn low_prefix_reuse(c: &Context<'_>) -> Option<Match> {
 
 fn decode_dominated(c: &Context<'_>) -> Option<Match> {
     let share = c.facts.decode_share_of_inference?;
-    if share < 0.8 {
+    if share < 0.8 || c.fired.contains(&"decode_capacity") {
         return None;
     }
-    let mut evidence = vec![ev(
-        "decode_share_of_inference",
-        share,
-        "ratio",
-        "decode mean / inference mean",
-    )];
-    if let (Some(g), Some(p)) = (c.facts.gen_len_mean, c.facts.prompt_len_mean) {
+    // A decode-heavy workload is decode-heavy at every load: on its own the share explains
+    // nothing (step 1 remarks on it). It is a finding when decode speed sets an objective that
+    // fails or nearly fails, where "not prefill" tells the reader where effort pays.
+    let (o, m) = c.tightest(&["itl", "tpot", "e2e"])?;
+    if m < NEAR_FAILING_SHARE && o.verdict != Verdict::Fail {
+        return None;
+    }
+    let mut evidence = vec![
+        judged(
+            "decode_share_of_inference",
+            share,
+            "ratio",
+            Cmp::AtLeast(0.8),
+            "decode dominates the running time",
+            "decode does not dominate the running time",
+            "decode mean / inference mean",
+        ),
+        margin(o, m, "the objective decode speed sets"),
+    ];
+    if let (Some(g), Some(p)) = (c.facts.gen_len_mean, c.facts.prompt_len_mean)
+        && p > 0.0
+    {
         evidence.push(ev(
             "generation_to_prompt_ratio",
-            if p > 0.0 { g / p } else { f64::NAN },
+            g / p,
             "ratio",
             "mean generated / mean prompt tokens",
         ));
     }
     Some(Match {
-        confidence: Confidence::Medium,
+        confidence: if o.verdict == Verdict::Fail {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        },
         evidence,
     })
 }
@@ -858,6 +1152,16 @@ fn decode_dominated(c: &Context<'_>) -> Option<Match> {
 fn efficient_load(c: &Context<'_>) -> Option<Match> {
     let f = c.facts;
     if !c.all_pass() {
+        return None;
+    }
+    // "No change needed" next to a bottleneck's or a faulty GPU's action would contradict it.
+    let acting = c.fired.iter().any(|id| {
+        RULES
+            .iter()
+            .find(|r| r.id == *id)
+            .is_some_and(|r| matches!(r.category, Category::Bottleneck | Category::Health))
+    });
+    if acting {
         return None;
     }
     let busy = match (f.gpu_gr_active, f.gpu_util_pct) {
@@ -870,15 +1174,32 @@ fn efficient_load(c: &Context<'_>) -> Option<Match> {
     }
     let mut evidence = Vec::new();
     if let Some(gr) = f.gpu_gr_active {
-        evidence.push(ev(
+        evidence.push(judged(
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
             gr,
             "ratio",
+            Cmp::AtLeast(0.6),
+            "the GPU is well used",
+            "the GPU is partly idle",
+            "mean, busiest GPU",
+        ));
+    } else if let Some(u) = f.gpu_util_pct {
+        evidence.push(judged(
+            "DCGM_FI_DEV_GPU_UTIL",
+            u,
+            "%",
+            Cmp::AtLeast(80.0),
+            "a kernel ran most of the time (no profiling metrics to say how busy the SMs were)",
+            "the GPU is partly idle",
             "mean, busiest GPU",
         ));
     }
-    if let Some(u) = f.gpu_util_pct {
-        evidence.push(ev("DCGM_FI_DEV_GPU_UTIL", u, "%", "mean, busiest GPU"));
+    if let Some((o, m)) = c.tightest(&[""]) {
+        evidence.push(margin(
+            o,
+            m,
+            "the objective closest to its threshold at this level",
+        ));
     }
     Some(Match {
         confidence: if f.gpu_gr_active.is_some() {
@@ -899,14 +1220,16 @@ fn workload_changed_shape(c: &Context<'_>) -> Option<Match> {
 }
 
 fn autoscaling_trigger(c: &Context<'_>) -> Option<Match> {
-    if !c
+    let f = c.facts;
+    let saturated = c
         .fired
         .iter()
-        .any(|id| *id == "admission_saturation" || *id == "kv_pressure")
-    {
+        .any(|id| *id == "admission_saturation" || *id == "kv_pressure");
+    let queued_behind_decode =
+        c.fired.contains(&"decode_capacity") && f.waiting_max.is_some_and(|w| w >= 1.0);
+    if !(saturated || queued_behind_decode) {
         return None;
     }
-    let f = c.facts;
     let mut evidence = Vec::new();
     if let Some(w) = f.waiting_max {
         evidence.push(ev(
@@ -946,10 +1269,13 @@ fn alert_on_queue_time(c: &Context<'_>) -> Option<Match> {
     }
     Some(Match {
         confidence: Confidence::Medium,
-        evidence: vec![ev(
+        evidence: vec![judged(
             "queue_share_of_ttft",
             share,
             "ratio",
+            Cmp::AtLeast(0.1),
+            "queueing is a visible part of TTFT",
+            "queueing is a small part of TTFT",
             "queue mean / server TTFT mean; no queue_time objective in the SLO",
         )],
     })
@@ -987,17 +1313,34 @@ mod tests {
         }
     }
 
-    #[test]
-    fn nothing_fires_on_no_facts() {
-        let facts = Facts::default();
-        let ctx = Context {
-            facts: &facts,
-            verdicts: &[],
+    /// An objective result by hand: `id`, threshold and observed value in seconds, verdict.
+    fn obj(id: &str, threshold: f64, observed: f64, verdict: Verdict) -> ObjectiveResult {
+        ObjectiveResult {
+            id: id.to_owned(),
+            description: id.to_owned(),
+            threshold,
+            observed: Some(observed),
+            verdict,
+            samples: 1000,
+            reason: String::new(),
+        }
+    }
+
+    fn ctx<'a>(facts: &'a Facts, objectives: &'a [ObjectiveResult]) -> Context<'a> {
+        Context {
+            facts,
+            objectives,
             slo_has_queue_objective: false,
             workload_drift: None,
             ignore_eos_share: None,
             fired: &[],
-        };
+        }
+    }
+
+    #[test]
+    fn nothing_fires_on_no_facts() {
+        let facts = Facts::default();
+        let ctx = ctx(&facts, &[]);
         for r in RULES {
             assert!((r.check)(&ctx).is_none(), "{} fired on empty facts", r.id);
         }
@@ -1011,27 +1354,12 @@ mod tests {
             gpu_tensor_active: Some(0.1),
             ..Facts::default()
         };
-        let itl_fails = [("itl_p95".to_owned(), Verdict::Fail)];
-        let ctx = Context {
-            facts: &facts,
-            verdicts: &itl_fails,
-            slo_has_queue_objective: false,
-            workload_drift: None,
-            ignore_eos_share: None,
-            fired: &[],
-        };
-        assert!(memory_bandwidth_bound(&ctx).is_some());
+        let itl_fails = [obj("itl_p95", 0.05, 0.07, Verdict::Fail)];
+        let failing = ctx(&facts, &itl_fails);
+        assert!(memory_bandwidth_bound(&failing).is_some());
         // the same GPU profile while decode meets its objective: not a bottleneck
-        let itl_passes = [("itl_p95".to_owned(), Verdict::Pass)];
-        let passing = Context {
-            verdicts: &itl_passes,
-            ..ctx
-        };
-        assert!(memory_bandwidth_bound(&passing).is_none());
-        let ctx = Context {
-            verdicts: &itl_fails,
-            ..passing
-        };
+        let itl_passes = [obj("itl_p95", 0.05, 0.03, Verdict::Pass)];
+        assert!(memory_bandwidth_bound(&ctx(&facts, &itl_passes)).is_none());
         // the T4 fixture: GR 0.156, DRAM 0.093, tensor 0.006 → not bandwidth bound
         let t4 = Facts {
             gpu_gr_active: Some(0.156205),
@@ -1039,7 +1367,150 @@ mod tests {
             gpu_tensor_active: Some(0.005822),
             ..Facts::default()
         };
-        let ctx = Context { facts: &t4, ..ctx };
-        assert!(memory_bandwidth_bound(&ctx).is_none());
+        assert!(memory_bandwidth_bound(&ctx(&t4, &itl_fails)).is_none());
+    }
+
+    #[test]
+    fn judged_claims_follow_the_comparison() {
+        let e = judged(
+            "x",
+            0.55,
+            "ratio",
+            Cmp::AtLeast(0.5),
+            "busy",
+            "idle",
+            "mean",
+        );
+        assert_eq!(e.note, "≥ 0.5: busy; mean");
+        let e = judged("x", 0.45, "ratio", Cmp::AtLeast(0.5), "busy", "idle", "");
+        assert_eq!(e.note, "< 0.5: idle");
+        let e = judged("x", 1.004, "s", Cmp::AtMost(0.3), "short", "long", "");
+        assert_eq!(e.note, "> 0.3 s: long");
+        let e = judged("x", 0.3, "s", Cmp::AtMost(0.3), "short", "long", "");
+        assert_eq!(e.note, "≤ 0.3 s: short");
+    }
+
+    #[test]
+    fn decode_dominated_needs_a_failing_or_nearly_failing_decode_objective() {
+        // decode 0.9 s of 1.0 s running time: decode-dominated whatever the load
+        let facts = Facts {
+            decode_share_of_inference: Some(0.9),
+            ..Facts::default()
+        };
+        // ITL p95 30 ms against 50 ms (60 %), TTFT failing: decode speed explains nothing here
+        let room = [
+            obj("ttft_p95", 0.3, 0.5, Verdict::Fail),
+            obj("itl_p95", 0.05, 0.03, Verdict::Pass),
+        ];
+        assert!(decode_dominated(&ctx(&facts, &room)).is_none());
+        // no objective at all: nothing to explain
+        assert!(decode_dominated(&ctx(&facts, &[])).is_none());
+        // ITL p95 42 ms against 50 ms = 0.84 of the threshold (≥ 0.8): nearly failing
+        let near = [obj("itl_p95", 0.05, 0.042, Verdict::Pass)];
+        let m = decode_dominated(&ctx(&facts, &near)).expect("near-failing ITL");
+        let e = m
+            .evidence
+            .iter()
+            .find(|e| e.metric == "objective itl_p95")
+            .unwrap();
+        assert!((e.value - 0.84).abs() < 1e-12);
+        assert!(e.note.starts_with("≥ 0.8: "), "{}", e.note);
+        // 38 ms of 50 ms = 0.76 < 0.8: room left
+        let below = [obj("itl_p95", 0.05, 0.038, Verdict::Pass)];
+        assert!(decode_dominated(&ctx(&facts, &below)).is_none());
+        assert_eq!(m.confidence, Confidence::Medium);
+        // E2E p95 failing: it fires with high confidence
+        let e2e = [obj("e2e_p95", 10.0, 12.0, Verdict::Fail)];
+        let m = decode_dominated(&ctx(&facts, &e2e)).expect("failing E2E");
+        assert_eq!(m.confidence, Confidence::High);
+        // decode 0.79 of running time is below the 0.8 floor
+        let less = Facts {
+            decode_share_of_inference: Some(0.79),
+            ..Facts::default()
+        };
+        assert!(decode_dominated(&ctx(&less, &e2e)).is_none());
+        // decode capacity already fired: its action is the decode-side one, no repeat
+        let c = Context {
+            fired: &["decode_capacity"],
+            ..ctx(&facts, &e2e)
+        };
+        assert!(decode_dominated(&c).is_none());
+        // an upper-bound-only reading is a bucket edge, not a margin
+        let mut bound = obj("itl_p95", 0.05, 0.05, Verdict::Pass);
+        bound.reason = format!("server-side, holds: {} 0.05 s", crate::UPPER_BOUND_ONLY);
+        assert!(decode_dominated(&ctx(&facts, &[bound])).is_none());
+    }
+
+    #[test]
+    fn efficient_load_says_nothing_about_capacity_and_yields_to_any_bottleneck() {
+        let facts = Facts {
+            gpu_gr_active: Some(0.7),
+            ..Facts::default()
+        };
+        let pass = [
+            obj("ttft_p95", 0.3, 0.15, Verdict::Pass),
+            obj("itl_p95", 0.05, 0.035, Verdict::Pass),
+        ];
+        let m = efficient_load(&ctx(&facts, &pass)).expect("all pass, GPU busy");
+        // the tightest objective: ITL at 0.035 / 0.05 = 0.7 (TTFT at 0.5)
+        let t = m
+            .evidence
+            .iter()
+            .find(|e| e.metric.starts_with("objective "))
+            .unwrap();
+        assert_eq!(t.metric, "objective itl_p95");
+        assert!((t.value - 0.7).abs() < 1e-12);
+        let row = RULES.iter().find(|r| r.id == "efficient_load").unwrap();
+        assert!(!row.action.contains("capacity;") && !row.action.contains("keep this load"));
+        for blocker in ["kv_pressure", "admission_saturation", "device_fault"] {
+            let c = Context {
+                fired: &[blocker],
+                ..ctx(&facts, &pass)
+            };
+            assert!(efficient_load(&c).is_none(), "{blocker}");
+        }
+        // a workload remark does not block it
+        let c = Context {
+            fired: &["truncation"],
+            ..ctx(&facts, &pass)
+        };
+        assert!(efficient_load(&c).is_some());
+        // GPU engine active 0.59 < 0.6: not well used
+        let idle = Facts {
+            gpu_gr_active: Some(0.59),
+            ..Facts::default()
+        };
+        assert!(efficient_load(&ctx(&idle, &pass)).is_none());
+    }
+
+    #[test]
+    fn admission_saturation_yields_to_a_failing_itl() {
+        // queue 1.08 s of TTFT 1.85 s, prefill 0.65 s, KV 0.08, 18 waiting over 5 scrapes:
+        // the engine twin at 256 clients
+        let facts = Facts {
+            queue_mean_s: Some(1.08),
+            ttft_mean_s: Some(1.85),
+            queue_share_of_ttft: Some(1.08 / 1.85),
+            prefill_mean_s: Some(0.65),
+            prefill_share_of_ttft: Some(0.65 / 1.85),
+            preemptions: Some(0.0),
+            kv_usage_max: Some(0.08),
+            waiting_max: Some(18.0),
+            gauge_samples: 5,
+            ..Facts::default()
+        };
+        let itl_ok = [obj("itl_p95", 0.05, 0.04, Verdict::Pass)];
+        let m = admission_saturation(&ctx(&facts, &itl_ok)).expect("queueing");
+        // prefill 0.35 of TTFT > 0.3: never called short, and confidence not high
+        let p = m
+            .evidence
+            .iter()
+            .find(|e| e.metric == "prefill_share_of_ttft")
+            .unwrap();
+        assert!(p.note.starts_with("> 0.3: "), "{}", p.note);
+        assert!(!p.note.contains("short"), "{}", p.note);
+        assert_eq!(m.confidence, Confidence::Medium);
+        let itl_fails = [obj("itl_p95", 0.05, 0.076, Verdict::Fail)];
+        assert!(admission_saturation(&ctx(&facts, &itl_fails)).is_none());
     }
 }

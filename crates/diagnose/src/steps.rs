@@ -130,6 +130,14 @@ pub(crate) fn six_steps(w: &Window, f: &Facts) -> Vec<Step> {
             q * 100.0
         ));
     }
+    // Informational, not a finding: a decode-heavy workload is decode-heavy at every load, and
+    // says where effort pays only when an objective is at stake (rules: `decode_dominated`).
+    if let Some(d) = f.decode_share_of_inference.filter(|d| *d >= 0.8) {
+        b.remark(format!(
+            "decode is {:.0} % of the running time (≥ 80 %): a decode-dominated workload, where prefill work (chunked prefill, shorter prompts) moves little",
+            d * 100.0
+        ));
+    }
     if w.histogram(Signal::QueueTime).is_none() {
         b.remark("the engine exports no queue/prefill/decode split (vLLM ≥ 0.8 does)");
     }
@@ -391,11 +399,25 @@ pub(crate) fn six_steps(w: &Window, f: &Facts) -> Vec<Step> {
         "vllm:cache_config_info (num_gpu_blocks × block_size)",
     );
     b.fig(
-        "kv_max_concurrency",
+        "kv_concurrency_at_max_model_len",
         f.kv_max_concurrency,
         "requests",
-        "vllm:cache_config_info kv_cache_max_concurrency",
+        "KV capacity at max_model_len (vLLM's figure, vllm:cache_config_info kv_cache_max_concurrency): requests of the whole context length each, so a floor for real requests",
     );
+    if let (Some(pool), Some(p), Some(g)) =
+        (f.kv_pool_block_tokens, f.prompt_len_mean, f.gen_len_mean)
+    {
+        b.fig(
+            "kv_concurrency_at_mean_request",
+            f.kv_concurrency_at_mean_request,
+            "requests",
+            format!(
+                "KV capacity at the observed mean request: {pool} KV tokens (num_gpu_blocks × block_size, vllm:cache_config_info) / ({p:.1} prompt + {g:.1} generated tokens, means of {} and {}); rounding each request up to whole blocks lowers it, prefix sharing raises it",
+                src(w, Signal::PromptLength),
+                src(w, Signal::GenerationLength)
+            ),
+        );
+    }
     b.fig(
         "vram_used_mib",
         f.gpu_fb_used_mib,
