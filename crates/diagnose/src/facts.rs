@@ -70,21 +70,20 @@ pub struct Facts {
     pub waiting_mean: Option<f64>,
     /// Waiting for capacity (slot or KV), max over scrapes.
     pub waiting_capacity_max: Option<f64>,
-    /// KV pool size in tokens (`num_gpu_blocks × block_size`, or `kv_cache_size_tokens`).
+    /// KV pool size in tokens: vLLM's `kv_cache_size_tokens` (`cache_config_info`, mid-2026
+    /// builds; the "GPU KV cache size" of its start-up log) when exported, else
+    /// `num_gpu_blocks × block_size`. vLLM 0.32 reports the two equal (24 × 128 = 3072).
     pub kv_pool_tokens: Option<f64>,
     /// vLLM's "Maximum concurrency for `max_model_len` tokens per request"
     /// (`cache_config_info` label `kv_cache_max_concurrency`): requests of the *full* context
     /// length the pool holds at once. Real requests are usually far shorter, so this is a floor,
     /// not the batch the pool can hold; see [`Facts::kv_concurrency_at_mean_request`].
     pub kv_max_concurrency: Option<f64>,
-    /// Tokens of the KV pool as `num_gpu_blocks × block_size` (`cache_config_info`), else
-    /// `kv_cache_size_tokens`: the numerator of [`Facts::kv_concurrency_at_mean_request`].
-    pub kv_pool_block_tokens: Option<f64>,
     /// Mean tokens a finished request held in the KV cache at its end: mean prompt length +
     /// mean generated length (`vllm:request_prompt_tokens`, `vllm:request_generation_tokens`).
     pub request_tokens_mean: Option<f64>,
     /// Requests of the observed mean size the KV pool holds at once:
-    /// [`Facts::kv_pool_block_tokens`] / [`Facts::request_tokens_mean`]. Per-request rounding up
+    /// [`Facts::kv_pool_tokens`] / [`Facts::request_tokens_mean`]. Per-request rounding up
     /// to whole blocks lowers it; prefix sharing raises it.
     pub kv_concurrency_at_mean_request: Option<f64>,
     /// Prefix-cache hit ratio.
@@ -217,15 +216,11 @@ impl Facts {
                     (Some(n), Some(b)) => Some(n * b),
                     _ => None,
                 });
-        f.kv_pool_block_tokens = match (w.kv_pool.num_gpu_blocks, w.kv_pool.block_size) {
-            (Some(n), Some(b)) => Some(n * b),
-            _ => w.kv_pool.size_tokens,
-        };
         f.request_tokens_mean = match (f.prompt_len_mean, f.gen_len_mean) {
             (Some(p), Some(g)) if (p + g).is_finite() && p + g > 0.0 => Some(p + g),
             _ => None,
         };
-        f.kv_concurrency_at_mean_request = ratio(f.kv_pool_block_tokens, f.request_tokens_mean);
+        f.kv_concurrency_at_mean_request = ratio(f.kv_pool_tokens, f.request_tokens_mean);
         f.gpu_facts(w);
         f
     }

@@ -190,7 +190,15 @@ fn margin(o: &ObjectiveResult, share: f64, rest: &str) -> Evidence {
         share,
         "ratio",
         Cmp::AtLeast(NEAR_FAILING_SHARE),
-        &format!("{} fails or nearly fails", o.description),
+        &format!(
+            "{} {}",
+            o.description,
+            if o.verdict == Verdict::Fail {
+                "fails"
+            } else {
+                "nearly fails"
+            }
+        ),
         &format!("{} passes with room", o.description),
         format!(
             "observed {observed:.4} against the threshold {} ({}){}",
@@ -386,7 +394,7 @@ pub const RULES: &[Rule] = &[
         id: "decode_dominated",
         title: "Decode-dominated workload: stop optimising prefill",
         category: Category::Workload,
-        condition: "decode ≥ 80 % of running (inference) time, an ITL, TPOT or E2E objective fails or nearly fails (observed ≥ 80 % of its threshold), and decode capacity did not fire (it already gives the decode-side action); on a level where those objectives pass with room, the decode share is a remark in step 1, not a finding",
+        condition: "decode ≥ 80 % of running (inference) time, an ITL, TPOT or E2E objective fails or nearly fails (observed ≥ 80 % of its threshold), and neither decode capacity (it already gives the decode-side action) nor prefill contention (prefill work pays there) fired; on a level where those objectives pass with room, the decode share is a remark in step 1, not a finding",
         bottleneck: "generation length: most of a request's running time is decode, so decode speed sets the objective that is failing or close to it",
         action: "spend the effort on decode (quantisation, speculative decoding, a GPU with more memory bandwidth), not on prefill: chunked prefill or shorter prompts cannot move this objective much",
         trade_off: "quantisation may cost accuracy; speculative decoding needs a draft model and GPU memory",
@@ -469,13 +477,13 @@ fn kv_capacity_evidence(f: &Facts, evidence: &mut Vec<Evidence>) {
     }
     let (Some(at_mean), Some(pool), Some(req)) = (
         f.kv_concurrency_at_mean_request,
-        f.kv_pool_block_tokens,
+        f.kv_pool_tokens,
         f.request_tokens_mean,
     ) else {
         return;
     };
     let how = format!(
-        "{pool} KV tokens (num_gpu_blocks × block_size, cache_config_info) / {req:.1} tokens per request (mean prompt + generation, vllm:request_prompt_tokens + vllm:request_generation_tokens)"
+        "{pool} KV tokens (kv_pool_tokens, cache_config_info) / {req:.1} tokens per request (mean prompt + generation, vllm:request_prompt_tokens + vllm:request_generation_tokens)"
     );
     // A single scrape shows the running gauge at its own moment only (often 0 after a burst):
     // no batch to compare with.
@@ -554,7 +562,7 @@ fn kv_pressure(c: &Context<'_>) -> Option<Match> {
             "kv_pool_tokens",
             t,
             "tokens",
-            "num_gpu_blocks × block_size (cache_config_info)",
+            "kv_cache_size_tokens, else num_gpu_blocks × block_size (cache_config_info)",
         ));
     }
     kv_capacity_evidence(f, &mut evidence);
@@ -1107,7 +1115,14 @@ fn low_prefix_reuse(c: &Context<'_>) -> Option<Match> {
 
 fn decode_dominated(c: &Context<'_>) -> Option<Match> {
     let share = c.facts.decode_share_of_inference?;
-    if share < 0.8 || c.fired.contains(&"decode_capacity") {
+    // Decode capacity already gives the decode-side action; prefill contention found prefill
+    // work that pays (a failing TTFT objective), which "not prefill" would contradict (engine
+    // twin, 128 clients: TTFT p95 2.0 s > 0.5 s with prefill 75 % of TTFT, ITL at 0.98 of its
+    // threshold).
+    if share < 0.8
+        || c.fired.contains(&"decode_capacity")
+        || c.fired.contains(&"prefill_contention")
+    {
         return None;
     }
     // A decode-heavy workload is decode-heavy at every load: on its own the share explains
@@ -1432,6 +1447,12 @@ mod tests {
         // decode capacity already fired: its action is the decode-side one, no repeat
         let c = Context {
             fired: &["decode_capacity"],
+            ..ctx(&facts, &e2e)
+        };
+        assert!(decode_dominated(&c).is_none());
+        // prefill contention fired: prefill work pays there, "not prefill" would contradict it
+        let c = Context {
+            fired: &["prefill_contention"],
             ..ctx(&facts, &e2e)
         };
         assert!(decode_dominated(&c).is_none());

@@ -396,7 +396,11 @@ pub(crate) fn six_steps(w: &Window, f: &Facts) -> Vec<Step> {
         "kv_pool_tokens",
         f.kv_pool_tokens,
         "tokens",
-        "vllm:cache_config_info (num_gpu_blocks × block_size)",
+        if w.kv_pool.size_tokens.is_some() {
+            "vllm:cache_config_info kv_cache_size_tokens"
+        } else {
+            "vllm:cache_config_info num_gpu_blocks × block_size"
+        },
     );
     b.fig(
         "kv_concurrency_at_max_model_len",
@@ -404,15 +408,13 @@ pub(crate) fn six_steps(w: &Window, f: &Facts) -> Vec<Step> {
         "requests",
         "KV capacity at max_model_len (vLLM's figure, vllm:cache_config_info kv_cache_max_concurrency): requests of the whole context length each, so a floor for real requests",
     );
-    if let (Some(pool), Some(p), Some(g)) =
-        (f.kv_pool_block_tokens, f.prompt_len_mean, f.gen_len_mean)
-    {
+    if let (Some(pool), Some(p), Some(g)) = (f.kv_pool_tokens, f.prompt_len_mean, f.gen_len_mean) {
         b.fig(
             "kv_concurrency_at_mean_request",
             f.kv_concurrency_at_mean_request,
             "requests",
             format!(
-                "KV capacity at the observed mean request: {pool} KV tokens (num_gpu_blocks × block_size, vllm:cache_config_info) / ({p:.1} prompt + {g:.1} generated tokens, means of {} and {}); rounding each request up to whole blocks lowers it, prefix sharing raises it",
+                "KV capacity at the observed mean request: kv_pool_tokens {pool} / ({p:.1} prompt + {g:.1} generated tokens, means of {} and {}); rounding each request up to whole blocks lowers it, prefix sharing raises it",
                 src(w, Signal::PromptLength),
                 src(w, Signal::GenerationLength)
             ),

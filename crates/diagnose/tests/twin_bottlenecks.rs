@@ -13,6 +13,9 @@ use headroom_diagnose::{Assessment, Category, ClientView, assess};
 use headroom_signals::{Scrape, Window, WindowOptions};
 use headroom_sim::{Engine, NewRequest, SimSpec};
 
+#[path = "support/advice.rs"]
+mod advice;
+
 /// The decision-table rows that name a bottleneck or a device problem: a scenario's own finding
 /// must be among them and the others absent.
 const BOTTLENECKS: [&str; 7] = [
@@ -141,7 +144,10 @@ fn slo(itl_p95_s: f64) -> SloSpec {
     }
 }
 
-fn judge(s: &Scraped, slo: &SloSpec) -> (Window, Assessment) {
+/// The window of `s` judged against `slo`, with the advice checks of `support/advice.rs`: no
+/// two findings pull opposite ways, and every qualitative claim in the evidence states the
+/// comparison that decides it and holds for the number shown.
+fn judge(scenario: &str, s: &Scraped, slo: &SloSpec) -> (Window, Assessment) {
     let w = Window::from_scrapes(&s.engine, &s.dcgm, &WindowOptions::default()).expect("window");
     assert!(
         w.data_warnings.is_empty(),
@@ -149,6 +155,7 @@ fn judge(s: &Scraped, slo: &SloSpec) -> (Window, Assessment) {
         w.data_warnings
     );
     let a = assess(&w, None, slo);
+    advice::assert_consistent(scenario, &a);
     (w, a)
 }
 
@@ -207,7 +214,7 @@ fn healthy_baseline_has_no_bottleneck() {
         60.0,
         5.0,
     );
-    let (w, a) = judge(&s, &slo(0.1));
+    let (w, a) = judge("healthy_baseline_has_no_bottleneck", &s, &slo(0.1));
     only(&a, None);
     assert!(
         a.finding("truncation").is_none(),
@@ -232,7 +239,7 @@ fn small_max_num_seqs_is_admission_saturation() {
         60.0,
         5.0,
     );
-    let (w, a) = judge(&s, &slo(0.1));
+    let (w, a) = judge("small_max_num_seqs_is_admission_saturation", &s, &slo(0.1));
     only(&a, Some("admission_saturation"));
     assert!(a.finding("autoscaling_trigger").is_some());
     // the queue-time evidence is the twin's own histogram mean over the window
@@ -263,7 +270,7 @@ fn small_kv_pool_is_kv_pressure() {
         120.0,
         5.0,
     );
-    let (_, a) = judge(&s, &slo(0.1));
+    let (_, a) = judge("small_kv_pool_is_kv_pressure", &s, &slo(0.1));
     only(&a, Some("kv_pressure"));
     let pre = evidence(&a, "kv_pressure", "vllm:num_preemptions_total");
     assert_eq!(pre, e.stats().num_preemptions as f64);
@@ -284,7 +291,7 @@ fn long_prompts_are_prefill_contention() {
         })
         .collect();
     let s = drive(&mut e, 16, reqs, 120.0, 5.0);
-    let (_, a) = judge(&s, &slo(1.0));
+    let (_, a) = judge("long_prompts_are_prefill_contention", &s, &slo(1.0));
     only(&a, Some("prefill_contention"));
 }
 
@@ -302,7 +309,11 @@ fn large_model_on_small_gpu_is_decode_capacity() {
         120.0,
         5.0,
     );
-    let (_, a) = judge(&s, &slo(0.03));
+    let (_, a) = judge(
+        "large_model_on_small_gpu_is_decode_capacity",
+        &s,
+        &slo(0.03),
+    );
     // the same bottleneck seen from the GPU: DRAM busy, tensor pipes idle
     only_these(&a, &["decode_capacity", "memory_bandwidth_bound"]);
 }
@@ -318,7 +329,7 @@ fn thermal_fault_is_a_device_fault() {
         300.0,
         10.0,
     );
-    let (_, a) = judge(&s, &slo(0.1));
+    let (_, a) = judge("thermal_fault_is_a_device_fault", &s, &slo(0.1));
     only(&a, Some("device_fault"));
 }
 
@@ -332,7 +343,7 @@ fn xid_is_a_device_fault() {
         30.0,
         5.0,
     );
-    let (_, a) = judge(&s, &slo(0.1));
+    let (_, a) = judge("xid_is_a_device_fault", &s, &slo(0.1));
     only(&a, Some("device_fault"));
     assert!(
         a.finding("device_fault")
@@ -355,7 +366,11 @@ fn answers_cut_at_max_tokens_are_truncation_and_natural_stops_are_not() {
         })
         .collect();
     let s = drive(&mut e, 4, cut, 60.0, 5.0);
-    let (w, a) = judge(&s, &slo(0.1));
+    let (w, a) = judge(
+        "answers_cut_at_max_tokens_are_truncation_and_natural_stops_are_not",
+        &s,
+        &slo(0.1),
+    );
     only(&a, None);
     assert!(a.finding("truncation").is_some(), "{:?}", a.finding_ids());
 
@@ -374,6 +389,7 @@ fn answers_cut_at_max_tokens_are_truncation_and_natural_stops_are_not() {
         ..ClientView::default()
     };
     let a = assess(&w, Some(&half), &slo(0.1));
+    advice::assert_consistent("truncation, half ignore_eos", &a);
     let f = a
         .finding("truncation")
         .expect("truncation beyond the ignore_eos share");
@@ -392,5 +408,189 @@ fn answers_cut_at_max_tokens_are_truncation_and_natural_stops_are_not() {
         assess(&w, Some(&most), &slo(0.1))
             .finding("truncation")
             .is_none()
+    );
+}
+
+/// The built-in claims-assistant workload, shortened so each level finishes requests within a
+/// minute of engine time: a 200-token system prompt every request shares, 50 tokens of its own,
+/// an answer that stops by itself after 150 tokens.
+fn claims_assistant(i: u32) -> NewRequest {
+    let mut prompt: Vec<u32> = (0..200).map(|k| 1_000 + k).collect();
+    prompt.extend((0..50).map(|k| 50_000 + (k * 31 + i * 7919) % 60_000));
+    NewRequest {
+        prompt_tokens: prompt,
+        max_tokens: 300,
+        ignore_eos: false,
+        eos_after: Some(150),
+        min_tokens: 0,
+    }
+}
+
+/// The sweep's SLO, with thresholds on bucket edges of vLLM's histograms so the server-side
+/// verdicts are decided: TTFT p95 ≤ 0.5 s, ITL p95 ≤ 50 ms, queue time p95 ≤ 0.3 s, E2E p95 ≤
+/// 20 s.
+fn sweep_slo() -> SloSpec {
+    let lat = |signal, threshold_s| Objective::Latency {
+        signal,
+        percentile: 95.0,
+        threshold_s,
+    };
+    SloSpec {
+        objectives: vec![
+            lat(LatencySignal::Ttft, 0.5),
+            lat(LatencySignal::Itl, 0.05),
+            lat(LatencySignal::QueueTime, 0.3),
+            lat(LatencySignal::E2e, 20.0),
+        ],
+    }
+}
+
+fn figure(a: &Assessment, name: &str) -> f64 {
+    a.steps
+        .iter()
+        .flat_map(|s| &s.figures)
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no figure {name}"))
+        .value
+}
+
+/// The levels a sweep of the built-in workload visits on the default twin (A10G + Qwen2.5-3B):
+/// 4 clients (GPU half idle), 32 (every objective passes, GPU well used), 128 (TTFT fails, ITL
+/// close to its threshold), 256 (TTFT and ITL fail). Each level's findings must hold whatever
+/// the capacity turns out to be: no "stop optimising prefill" where no decode objective is at
+/// stake, no claim about capacity, no two findings pulling opposite ways, every qualitative
+/// claim decided by its stated threshold (checked in `judge`).
+#[test]
+fn sweep_levels_give_advice_that_holds_at_any_level() {
+    let mut efficient_seen = false;
+    for clients in [4u32, 32, 128, 256] {
+        let mut e = engine(|_| {});
+        let s = drive(
+            &mut e,
+            clients as usize,
+            (0..clients * 3).map(claims_assistant).collect(),
+            60.0,
+            5.0,
+        );
+        let (_, a) = judge(&format!("sweep level {clients}"), &s, &sweep_slo());
+        let ids = a.finding_ids();
+        let st = e.stats();
+        let mean = |h: &headroom_sim::engine::prom::Histogram| h.sum() / h.count() as f64;
+
+        // Decode share from the twin's own histograms: 150 generated tokens against 250 prompt
+        // tokens make decode most of every request's running time, at every level.
+        let decode_share = mean(&st.decode) / mean(&st.inference);
+        assert!(
+            decode_share >= 0.8,
+            "{clients}: decode share {decode_share}"
+        );
+        let remark = a.steps[0]
+            .remarks
+            .iter()
+            .find(|r| r.contains("decode-dominated"))
+            .unwrap_or_else(|| panic!("{clients}: no decode-dominated remark in step 1"));
+        assert!(
+            remark.contains(&format!("{:.0} %", decode_share * 100.0)),
+            "{remark}"
+        );
+        // The finding only where an ITL or E2E objective fails or reaches 0.8 of its threshold.
+        let at_stake = a.objectives.iter().any(|o| {
+            (o.id.starts_with("itl") || o.id.starts_with("e2e"))
+                && (o.verdict == headroom_core::Verdict::Fail
+                    || o.observed.is_some_and(|v| v >= 0.8 * o.threshold))
+        });
+        if !at_stake {
+            assert!(!ids.contains(&"decode_dominated"), "{clients}: {ids:?}");
+        }
+        if clients <= 32 {
+            // ITL p95 ≈ 24 ms of 50 ms, E2E ≈ 5 s of 20 s: nothing for decode to explain.
+            assert!(
+                !at_stake && !ids.contains(&"decode_dominated"),
+                "{clients}: {ids:?}"
+            );
+        }
+        if let Some(f) = a.finding("efficient_load") {
+            efficient_seen = true;
+            assert!(!f.finding.action.contains("keep this load"));
+            assert!(!f.finding.action.contains("as the per-replica capacity"));
+        }
+        if clients == 256 {
+            // ITL fails: a larger batch is no remedy, so admission saturation stays quiet.
+            assert!(ids.contains(&"decode_capacity"), "{ids:?}");
+            assert!(!ids.contains(&"admission_saturation"), "{ids:?}");
+        }
+
+        // KV capacity, from the twin's own configuration and request-size histograms: vLLM's
+        // figure at max_model_len 4096, and the pool at the mean request of this window.
+        let cfg = e.config();
+        let vllm_figure = cfg.kv_cache_tokens() as f64 / 4096.0;
+        let at_mlen = figure(&a, "kv_concurrency_at_max_model_len");
+        assert!(
+            (at_mlen - vllm_figure).abs() <= 1e-9 * vllm_figure,
+            "{at_mlen}"
+        );
+        let req_tokens = mean(&st.request_prompt_tokens) + mean(&st.request_generation_tokens);
+        assert!(
+            (req_tokens - 400.0).abs() < 1e-9,
+            "250 prompt + 150 generated"
+        );
+        let at_mean = figure(&a, "kv_concurrency_at_mean_request");
+        let want = cfg.kv_cache_tokens() as f64 / req_tokens;
+        assert!((at_mean - want).abs() <= 1e-9 * want, "{at_mean} vs {want}");
+        // far more requests of the real size fit than of the full context length
+        assert!(at_mean > 10.0 * at_mlen);
+    }
+    assert!(
+        efficient_seen,
+        "no level with every objective passing on a busy GPU"
+    );
+}
+
+/// One replica past its capacity on two axes: the 7B model on an L4, at most 64 sequences per
+/// batch and 128 clients. ITL fails (decode capacity) and requests queue for a slot; raising
+/// --max-num-seqs would break ITL further, so admission saturation must not advise it beside
+/// decode capacity's "lower --max-num-seqs": the queue is for more replicas.
+#[test]
+fn queueing_behind_a_failing_itl_calls_for_replicas_not_a_larger_batch() {
+    let mut e = engine(|s| {
+        s.gpu = "l4".into();
+        s.model = "qwen2.5-7b".into();
+        s.max_num_seqs = Some(64);
+    });
+    let s = drive(
+        &mut e,
+        128,
+        (0..384).map(|i| req(100, 150, i)).collect(),
+        120.0,
+        5.0,
+    );
+    let (w, a) = judge("overloaded replica", &s, &slo(0.03));
+    let ids = a.finding_ids();
+    assert!(
+        w.gauge(headroom_signals::Signal::Waiting).unwrap().max >= 32.0,
+        "requests queued for a slot"
+    );
+    assert!(
+        a.objectives
+            .iter()
+            .any(|o| o.id == "itl_p95" && o.verdict == headroom_core::Verdict::Fail),
+        "{:?}",
+        a.objectives
+    );
+    assert!(ids.contains(&"decode_capacity"), "{ids:?}");
+    assert!(!ids.contains(&"admission_saturation"), "{ids:?}");
+    assert!(ids.contains(&"autoscaling_trigger"), "{ids:?}");
+    let waiting = a
+        .finding("decode_capacity")
+        .unwrap()
+        .finding
+        .evidence
+        .iter()
+        .find(|e| e.metric == "vllm:num_requests_waiting")
+        .expect("the queue is in decode capacity's evidence");
+    assert!(
+        waiting.note.starts_with("≥ 1: requests also queue"),
+        "{}",
+        waiting.note
     );
 }

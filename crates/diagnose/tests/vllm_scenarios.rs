@@ -11,6 +11,9 @@ use headroom_core::{Objective, SloSpec, Verdict};
 use headroom_diagnose::{ClientView, assess};
 use headroom_signals::{Scrape, Window, WindowOptions};
 
+#[path = "support/advice.rs"]
+mod advice;
+
 fn window(rel: &str) -> Window {
     let path = format!("{}/../../fixtures/{rel}", env!("CARGO_MANIFEST_DIR"));
     let body = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -186,4 +189,113 @@ fn json_findings_carry_stable_ids() {
     assert_eq!(kv["confidence"], "high");
     assert_eq!(v["verdict"], "FAIL");
     assert_eq!(v["steps"].as_array().unwrap().len(), 6);
+}
+
+fn figure(a: &headroom_diagnose::Assessment, name: &str) -> f64 {
+    a.steps
+        .iter()
+        .flat_map(|s| &s.figures)
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no figure {name}"))
+        .value
+}
+
+/// Every real-vLLM scenario, under the scenario SLO and a tight ITL one: no two findings pull
+/// opposite ways, and every qualitative claim in the evidence states the comparison that decides
+/// it and holds for its number (`support/advice.rs`).
+#[test]
+fn real_vllm_scenarios_give_consistent_advice() {
+    let itl = SloSpec {
+        objectives: vec![
+            Objective::Latency {
+                signal: LatencySignal::Itl,
+                percentile: 50.0,
+                threshold_s: 0.001,
+            },
+            Objective::Latency {
+                signal: LatencySignal::E2e,
+                percentile: 50.0,
+                threshold_s: 1.0,
+            },
+        ],
+    };
+    for rel in [
+        "vllm/v0.32-cpu-queueing-maxseqs4.prom",
+        "vllm/v0.32-cpu-kv-pressure-24blocks.prom",
+        "vllm/v0.32-cpu-after-burst-c16.prom",
+    ] {
+        let w = window(rel);
+        for (name, slo) in [("scenario SLO", slo()), ("tight ITL and E2E", itl.clone())] {
+            let a = assess(&w, None, &slo);
+            advice::assert_consistent(&format!("{rel}, {name}"), &a);
+        }
+    }
+}
+
+/// vLLM's "maximum concurrency" is for requests of max_model_len tokens; the pool holds far more
+/// requests of the size actually seen. Both are shown, each labelled, with hand values from the
+/// fixtures' `cache_config_info` and token histograms.
+#[test]
+fn kv_capacity_is_given_at_max_model_len_and_at_the_mean_request() {
+    // 24 blocks × 128 = 3072 tokens (kv_cache_size_tokens 3072), kv_cache_max_concurrency 1.5;
+    // 80 requests: prompt 13824 + generation 18432 tokens → 403.2 tokens each → 7.619 requests.
+    let w = window("vllm/v0.32-cpu-kv-pressure-24blocks.prom");
+    let a = assess(&w, None, &slo());
+    assert_eq!(figure(&a, "kv_concurrency_at_max_model_len"), 1.5);
+    let want = 3072.0 / ((13824.0 + 18432.0) / 80.0);
+    assert!((figure(&a, "kv_concurrency_at_mean_request") - want).abs() < 1e-12);
+    let f = a.finding("kv_pressure").unwrap();
+    let at_mean = f
+        .finding
+        .evidence
+        .iter()
+        .find(|e| e.metric == "kv_concurrency_at_mean_request")
+        .expect("kv_pressure shows the pool at the mean request");
+    assert!((at_mean.value - want).abs() < 1e-12);
+    let vllm = f
+        .finding
+        .evidence
+        .iter()
+        .find(|e| e.metric == "kv_cache_max_concurrency")
+        .unwrap();
+    assert!(
+        vllm.note
+            .starts_with("KV capacity at max_model_len (vLLM's figure")
+    );
+
+    // 8192 × 128 = 1048576 tokens, vLLM's figure 512; 16 requests of 1024 / 16 + 2048 / 16 =
+    // 192 tokens → 5461.3 requests.
+    let w = window("vllm/v0.32-cpu-queueing-maxseqs4.prom");
+    let a = assess(&w, None, &slo());
+    assert_eq!(figure(&a, "kv_concurrency_at_max_model_len"), 512.0);
+    let want = 1048576.0 / 192.0;
+    assert!((figure(&a, "kv_concurrency_at_mean_request") - want).abs() < 1e-9);
+    let step6 = &a.steps[5];
+    let src = |n: &str| &step6.figures.iter().find(|f| f.name == n).unwrap().source;
+    assert!(
+        src("kv_concurrency_at_max_model_len")
+            .starts_with("KV capacity at max_model_len (vLLM's figure")
+    );
+    assert!(
+        src("kv_concurrency_at_mean_request").contains("(64.0 prompt + 128.0 generated tokens")
+    );
+    // the old, unlabelled name is gone
+    assert!(step6.figures.iter().all(|f| f.name != "kv_max_concurrency"));
+}
+
+/// The single scrape after a burst shows the running gauge at 0: not a batch to compare the pool
+/// with, so the KV evidence makes no claim about it.
+#[test]
+fn a_single_scrape_makes_no_claim_about_the_running_batch() {
+    let w = window("vllm/v0.32-cpu-kv-pressure-24blocks.prom");
+    let a = assess(&w, None, &slo());
+    let e = a
+        .finding("kv_pressure")
+        .unwrap()
+        .finding
+        .evidence
+        .iter()
+        .find(|e| e.metric == "kv_concurrency_at_mean_request")
+        .unwrap();
+    assert!(!e.note.contains("running"), "{}", e.note);
 }
