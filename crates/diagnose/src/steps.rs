@@ -378,7 +378,7 @@ pub(crate) fn six_steps(w: &Window, f: &Facts) -> Vec<Step> {
     }
     match (f.gpu_util_pct, f.gpu_gr_active) {
         (Some(u), Some(gr)) if u >= 80.0 && gr < 0.5 => b.remark(format!(
-            "GPU_UTIL {u:.0} % but engine active {gr:.2}: utilisation only says a kernel was running; the SMs are mostly idle"
+            "GPU_UTIL {u:.0} % (≥ 80 %) but engine active {gr:.2} (< 0.5): utilisation only says a kernel was running; the SMs are idle more than half the time"
         )),
         _ => {}
     }
