@@ -396,7 +396,7 @@ pub const RULES: &[Rule] = &[
         category: Category::Workload,
         condition: "decode ≥ 80 % of running (inference) time, an ITL, TPOT or E2E objective fails or nearly fails (observed ≥ 80 % of its threshold), and neither decode capacity (it already gives the decode-side action) nor prefill contention (prefill work pays there) fired; on a level where those objectives pass with room, the decode share is a remark in step 1, not a finding",
         bottleneck: "generation length: most of a request's running time is decode, so decode speed sets the objective that is failing or close to it",
-        action: "spend the effort on decode (quantisation, speculative decoding, a GPU with more memory bandwidth), not on prefill: chunked prefill or shorter prompts cannot move this objective much",
+        action: "to gain room on this objective, spend the effort on decode (quantisation, speculative decoding, a GPU with more memory bandwidth), not on prefill: chunked prefill or shorter prompts cannot move it much",
         trade_off: "quantisation may cost accuracy; speculative decoding needs a draft model and GPU memory",
         watch: &[
             "vllm:request_decode_time_seconds",
