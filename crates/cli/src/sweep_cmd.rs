@@ -386,8 +386,9 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         plan,
         warmup,
         measure,
-        // At most 48 h: `measure` is at most 24 h (checked above).
-        measure_max: measure.saturating_mul(2),
+        // Extended only while the start rate so far says the missing samples will come; at most
+        // 96 h: `measure` is at most 24 h (checked above).
+        measure_max: measure.saturating_mul(4),
         drain_max: if args.target.is_none() {
             Duration::from_secs(2)
         } else {

@@ -104,6 +104,24 @@ impl ObjectiveResult {
             reason,
         }
     }
+
+    /// Fewest samples that can estimate this objective's percentile at all:
+    /// [`crate::stats::min_samples_for_percentile`] of the `_pNN` suffix of the id (20 for
+    /// `ttft_p95`, 100 for `itl_p99`); 1 for an objective without a percentile (`error_rate`).
+    pub fn needed_samples(&self) -> u64 {
+        self.id
+            .rsplit_once("_p")
+            .and_then(|(_, p)| p.parse::<f64>().ok())
+            .map_or(1, crate::stats::min_samples_for_percentile)
+    }
+
+    /// `Some((samples, needed))` when the objective is INCONCLUSIVE because it had fewer samples
+    /// than [`Self::needed_samples`] — a window too short for the load, not a borderline figure.
+    pub fn sample_shortfall(&self) -> Option<(u64, u64)> {
+        let need = self.needed_samples();
+        (self.verdict == Verdict::Inconclusive && self.samples < need)
+            .then_some((self.samples, need))
+    }
 }
 
 /// Token counts at one level, summed over requests that finished in the window.
@@ -266,16 +284,32 @@ impl LevelResult {
 
     /// The level's verdict with the objectives behind it, failed and inconclusive apart:
     /// `PASS`, `FAIL (error_rate)`, `FAIL (error_rate; inconclusive: ttft_p95)`,
-    /// `INCONCLUSIVE (inconclusive: queue_time_p95)`.
+    /// `INCONCLUSIVE (inconclusive: queue_time_p95)`. An objective left undecided for lack of
+    /// samples says so with its count: `INCONCLUSIVE (too few samples: ttft_p95 3 of 20)`.
     pub fn verdict_line(&self) -> String {
         let failed = self.failed_objectives();
-        let unsure = self.inconclusive_objectives();
+        let (short, unsure): (Vec<_>, Vec<_>) = self
+            .objectives
+            .iter()
+            .filter(|o| o.verdict == Verdict::Inconclusive)
+            .partition(|o| o.sample_shortfall().is_some());
         let mut parts = Vec::new();
         if !failed.is_empty() {
             parts.push(failed.join(", "));
         }
         if !unsure.is_empty() {
-            parts.push(format!("inconclusive: {}", unsure.join(", ")));
+            let ids: Vec<&str> = unsure.iter().map(|o| o.id.as_str()).collect();
+            parts.push(format!("inconclusive: {}", ids.join(", ")));
+        }
+        if !short.is_empty() {
+            let each: Vec<String> = short
+                .iter()
+                .filter_map(|o| {
+                    let (n, need) = o.sample_shortfall()?;
+                    Some(format!("{} {n} of {need}", o.id))
+                })
+                .collect();
+            parts.push(format!("too few samples: {}", each.join(", ")));
         }
         if parts.is_empty() {
             self.verdict.as_str().to_string()
@@ -445,6 +479,20 @@ mod tests {
             l.verdict_line(),
             "INCONCLUSIVE (inconclusive: ttft_p95, error_rate)"
         );
+        // Undecided for want of samples: p95 needs 1/(1 − 0.95) = 20, p99 needs 100.
+        l.objectives[0].samples = 3;
+        assert_eq!(l.objectives[0].sample_shortfall(), Some((3, 20)));
+        assert_eq!(
+            l.verdict_line(),
+            "INCONCLUSIVE (inconclusive: error_rate; too few samples: ttft_p95 3 of 20)"
+        );
+        l.objectives[0].id = "itl_p99".into();
+        l.objectives[0].samples = 99;
+        assert_eq!(l.objectives[0].sample_shortfall(), Some((99, 100)));
+        l.objectives[0].samples = 100;
+        assert_eq!(l.objectives[0].sample_shortfall(), None);
+        assert_eq!(l.objectives[1].needed_samples(), 1);
+        l.objectives[0].id = "ttft_p95".into();
         for o in &mut l.objectives {
             o.verdict = Verdict::Pass;
         }

@@ -15,7 +15,8 @@
 //! `cargo bench -p headroom-load --bench client_throughput`; environment: `BENCH_SECS` (seconds
 //! per throughput run, default 10), `BENCH_STREAMS` (default 2000), `BENCH_SERVER_THREADS`
 //! (default: cores − 1, at least 1), `BENCH_RUNS` (comma-separated subset of `parse,flat,paced,open`),
-//! `BENCH_OPEN_ITL_MS` (stub ITL in the open-loop run, default 10).
+//! `BENCH_OPEN_ITL_MS` (stub ITL in the open-loop run, default 10), `BENCH_PACER_SPIN_US` (the
+//! open-loop pacer's busy-wait margins to compare, default `0,200`), `BENCH_OPEN_ROUNDS` (default 2).
 //!
 //! A fourth run, `fixed` (only when named in `BENCH_RUNS`), does a fixed amount of work instead of
 //! running for a fixed time — `BENCH_STREAMS` streams each sending `BENCH_REQUESTS` requests of
@@ -31,7 +32,7 @@ use headroom_load::client::sse::{SseSplitter, StreamState};
 use headroom_load::client::{CancellationFlag, ClientConfig, PreparedRequest, Target};
 use headroom_load::prompt::{ClassPlan, DrawnRequest};
 use headroom_load::recorder::ClassRecording;
-use headroom_load::runner::{run_level, thread_cpu_s};
+use headroom_load::runner::{RunOptions, process_cpu_s, run_level_with, thread_cpu_s};
 use headroom_load::testkit::{StubConfig, StubServer};
 use headroom_load::workload::{Endpoint, Workload};
 use std::path::Path;
@@ -333,34 +334,55 @@ fn main() {
     )
     .expect("bench workload");
     let plans = ClassPlan::from_workload(&w, None).expect("plans");
-    let cpu0 = thread_cpu_s();
-    let rec = rt.block_on(run_level(
-        &target,
-        &plans,
-        LevelMode::Rate {
-            rate_per_s: 500.0,
-            arrival: ArrivalProcess::Poisson,
-            max_concurrency: None,
-        },
-        Duration::from_secs(2),
-        Duration::from_secs_f64(secs),
-        7,
-        CancellationFlag::new(),
-    ));
-    let cpu = thread_cpu_s() - cpu0;
-    let c = rec.total();
-    let q = |p: f64| c.send_lag.value_at_quantile(p) as f64 / 1e6;
-    println!(
-        "open loop 500 req/s Poisson (50–150 tokens at {open_itl_ms} ms ITL, ≈{:.0} streams in flight by Little's law): {} requests started in {:.1} s window; send lag p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms; outcomes {:?}; client thread CPU {:.2} s over {:.1} s",
-        500.0 * c.e2e.mean() / 1e9,
-        rec.started,
-        rec.window_s,
-        q(0.50),
-        q(0.99),
-        q(0.999),
-        c.send_lag.max() as f64 / 1e6,
-        c.outcome_labels(),
-        cpu,
-        rec.client.wall_s
-    );
+    // The pacer with and without its busy-wait before each send, alternating in this one run so
+    // both see the same machine (`BENCH_PACER_SPIN_US`: comma-separated, default "0,200").
+    let spins: Vec<u64> = std::env::var("BENCH_PACER_SPIN_US")
+        .unwrap_or_else(|_| "0,200".into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    let rounds = env_u64("BENCH_OPEN_ROUNDS", 2);
+    for round in 0..rounds {
+        for &spin_us in &spins {
+            let opts = RunOptions {
+                pacer_spin: Duration::from_micros(spin_us),
+                ..RunOptions::default()
+            };
+            let cpu0 = thread_cpu_s();
+            let pcpu0 = process_cpu_s();
+            let rec = rt.block_on(run_level_with(
+                &target,
+                &plans,
+                LevelMode::Rate {
+                    rate_per_s: 500.0,
+                    arrival: ArrivalProcess::Poisson,
+                    max_concurrency: None,
+                },
+                Duration::from_secs(2),
+                Duration::from_secs_f64(secs),
+                7 + round,
+                CancellationFlag::new(),
+                &opts,
+            ));
+            let cpu = thread_cpu_s() - cpu0;
+            let pcpu = process_cpu_s() - pcpu0;
+            let c = rec.total();
+            let q = |p: f64| c.send_lag.value_at_quantile(p) as f64 / 1e6;
+            println!(
+                "open loop 500 req/s Poisson, pacer spin {spin_us} µs (round {}; 50–150 tokens at {open_itl_ms} ms ITL, ≈{:.0} streams in flight by Little's law): {} requests started in {:.1} s window; send lag p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms; outcomes {:?}; client thread CPU {:.2} s, process CPU {:.2} s (with the stub) over {:.1} s",
+                round + 1,
+                500.0 * c.e2e.mean() / 1e9,
+                rec.started,
+                rec.window_s,
+                q(0.50),
+                q(0.99),
+                q(0.999),
+                c.send_lag.max() as f64 / 1e6,
+                c.outcome_labels(),
+                cpu,
+                pcpu,
+                rec.client.wall_s
+            );
+        }
+    }
 }

@@ -92,6 +92,12 @@ pub struct RunOptions {
     pub steady_start: bool,
     /// Goodput thresholds.
     pub goodput: GoodputSlo,
+    /// Open loop only: the pacer sleeps until this long before each intended send time and
+    /// busy-waits the rest, so the kernel's timer and wake-up latency do not delay the send
+    /// (default zero: sleep only). Costs at most `rate × pacer_spin` of one core, and on a host
+    /// whose cores are all busy the busy-wait takes CPU from the client itself: the benchmark
+    /// `client_throughput` (run `open`) compares both in one run.
+    pub pacer_spin: Duration,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -104,6 +110,7 @@ impl std::fmt::Debug for RunOptions {
             .field("check_every", &self.check_every)
             .field("steady_start", &self.steady_start)
             .field("goodput", &self.goodput)
+            .field("pacer_spin", &self.pacer_spin)
             .finish()
     }
 }
@@ -118,6 +125,7 @@ impl Default for RunOptions {
             check_every: Duration::from_secs(1),
             steady_start: true,
             goodput: GoodputSlo::default(),
+            pacer_spin: Duration::ZERO,
         }
     }
 }
@@ -462,9 +470,10 @@ pub async fn run_level_with(
                 Ok(schedule) => {
                     let stop = stop.clone();
                     let tx = tx.clone();
+                    let spin = opts.pacer_spin;
                     match std::thread::Builder::new()
                         .name("headroom-pacer".into())
-                        .spawn(move || pace(schedule, t0, total, &tx, &stop, direct))
+                        .spawn(move || pace(schedule, t0, total, spin, &tx, &stop, direct))
                     {
                         Ok(h) => Some(h),
                         Err(e) => {
@@ -654,13 +663,14 @@ fn transport_backoff(streak: u32) -> Duration {
     Duration::from_millis(ms.min(1000))
 }
 
-/// The pacer: sleeps to each intended send time, then launches the request itself (`direct`:
-/// a request prepared by the dispatcher, spawned on its runtime) or hands the time to the
-/// dispatcher, until the level's end or `stop`.
+/// The pacer: sleeps to `spin` before each intended send time and busy-waits the rest, then
+/// launches the request itself (`direct`: a request prepared by the dispatcher, spawned on its
+/// runtime) or hands the time to the dispatcher, until the level's end or `stop`.
 fn pace(
     schedule: ArrivalSchedule,
     t0: Instant,
     total: Duration,
+    spin: Duration,
     tx: &mpsc::UnboundedSender<Msg>,
     stop: &AtomicBool,
     mut direct: Option<DirectLaunch>,
@@ -693,8 +703,13 @@ fn pace(
             if now >= at {
                 break;
             }
-            // Sleep in slices so a stop is noticed within 20 ms at any rate.
-            std::thread::sleep((at - now).min(Duration::from_millis(20)));
+            let left = at - now;
+            if left > spin {
+                // Sleep in slices so a stop is noticed within 20 ms at any rate.
+                std::thread::sleep((left - spin).min(Duration::from_millis(20)));
+            } else {
+                std::hint::spin_loop();
+            }
         }
         let sent = match (&direct, prepared) {
             (Some(d), Some(p)) => {

@@ -589,7 +589,7 @@ fn early_stop_check(
         let max_s = measure_max.as_secs_f64();
         let el = elapsed.as_secs_f64().max(1e-3);
         !results.iter().any(|r| {
-            let need = needed_samples(&r.id);
+            let need = r.needed_samples();
             let per_request = r.id.contains("ttft") || r.id.contains("queue_time");
             let n = if per_request {
                 r.samples.max(rec.started)
@@ -652,12 +652,6 @@ fn queue_bound_by_ttft(
 
 /// Samples an objective needs before its percentile is an observation (`ttft_p95` → 20); error
 /// objectives need one finished request.
-fn needed_samples(id: &str) -> u64 {
-    id.rsplit_once("_p")
-        .and_then(|(_, p)| p.parse::<f64>().ok())
-        .map_or(1, headroom_core::stats::min_samples_for_percentile)
-}
-
 struct JudgeInput<'a> {
     phase: &'a Phase,
     slo: &'a SloFile,
