@@ -765,7 +765,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
                 .collect();
             if !disagree.is_empty() {
                 let why = format!(
-                    "client and server disagree on finished requests ({}): another client may be using the server",
+                    "{DISAGREE} ({}): another client may be using the server",
                     disagree.join(", ")
                 );
                 for o in &mut objectives {
@@ -974,12 +974,24 @@ fn transport_streak(rec: &LevelRecording) -> u64 {
         .unwrap_or(0)
 }
 
+/// Start of the warning (and of the objectives' reasons) when the client's and the server's
+/// request counts differ over a level.
+const DISAGREE: &str = "client and server disagree on finished requests";
+
 /// Takes every verdict of a level away: `state` (`interrupted`, `server lost`, `aborted`) says
 /// what happened and `why` the detail. Each objective becomes INCONCLUSIVE and keeps what its
 /// figure alone said in its reason, so a cut-short level never counts as a pass (capacity) or a
-/// failure (a breach) in the search.
+/// failure (a breach) in the search. A client/server count disagreement is dropped: a level cut
+/// short (no drain, no final scrape of a lost server) is expected to disagree, and blaming
+/// "another client" would mislead.
 fn void_level(level: &mut LevelResult, state: &str, why: &str) {
+    level.warnings.retain(|w| !w.starts_with(DISAGREE));
     for o in &mut level.objectives {
+        if o.reason.starts_with(&format!("refused ({DISAGREE}"))
+            && let Some(i) = o.reason.find("; the figure alone said ")
+        {
+            o.reason = o.reason[i + 2..].to_string();
+        }
         if o.verdict != Verdict::Inconclusive {
             o.reason = format!(
                 "no verdict ({state}: {why}); the figure alone said {}: {}",
@@ -1117,9 +1129,25 @@ pub(crate) mod tests {
                 vec![("ttft_p95", Verdict::Inconclusive)],
             ] {
                 let mut l = level_with(&vs);
+                // As the judge leaves a level whose counts disagreed: the warning, and each
+                // decided objective refused with what its figure said.
+                let disagree = format!(
+                    "{} (requests_length client 3 / server 5): another client may be using the server",
+                    super::DISAGREE
+                );
+                l.warnings = vec![disagree.clone(), "twin ran late".into()];
+                let said = vs[0].1.as_str();
+                l.objectives[0].reason =
+                    format!("refused ({disagree}); the figure alone said {said}");
+                l.objectives[0].verdict = Verdict::Inconclusive;
                 super::void_level(&mut l, state, "why");
                 assert_eq!(l.verdict, Verdict::Inconclusive);
                 assert_eq!(l.window_note, format!("{state}: why"));
+                assert_eq!(l.warnings, vec!["twin ran late".to_string()]);
+                assert_eq!(
+                    l.objectives[0].reason,
+                    format!("no verdict ({state}: why); the figure alone said {said}")
+                );
                 for (o, (_, v)) in l.objectives.iter().zip(&vs) {
                     assert_eq!(o.verdict, Verdict::Inconclusive);
                     assert!(o.reason.starts_with(&format!("no verdict ({state}: why)")));
