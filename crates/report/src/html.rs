@@ -110,7 +110,8 @@ fn phase(o: &mut String, p: &PhaseResult) {
         threshold_for(p, "error_rate").map(|t| t * 100.0),
         (520, 320),
     ));
-    o.push_str("</div><table><tr><th>load</th><th>verdict</th><th>req/s</th><th>out tok/s</th><th>TTFT p95</th><th>ITL p95</th></tr>");
+    // `#` is the level's index in the run: `headroom diagnose --from RUN_DIR --level N`.
+    o.push_str("</div><table><tr><th>#</th><th>load</th><th>verdict (objectives behind it)</th><th>req/s</th><th>out tok/s</th><th>TTFT p95</th><th>ITL p95</th></tr>");
     for l in &p.levels {
         let q = |s: &str| {
             l.latency
@@ -120,13 +121,15 @@ fn phase(o: &mut String, p: &PhaseResult) {
                 .unwrap_or_else(|| "–".into())
         };
         o.push_str(&format!(
-            "<tr><td>{}</td><td class=\"{v}\">{v}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            crate::markdown::level_index(l).map_or_else(|| "–".to_string(), |i| i.to_string()),
             fmt_num(l.load),
+            l.verdict.as_str(),
+            esc(&l.verdict_line()),
             l.request_rate_per_s,
             fmt_num(l.output_tokens_per_s),
             q("ttft"),
             q("itl"),
-            v = l.verdict.as_str()
         ));
     }
     o.push_str("</table>");
@@ -152,5 +155,27 @@ mod tests {
         assert!(!s.contains("src=\"http") && !s.contains("href=\"http"));
         assert!(s.contains("chat &lt;&amp;&gt;"));
         assert!(!s.contains("chat <&>"));
+    }
+
+    /// The level table names the objectives behind each verdict (as the terminal does) and the
+    /// index `diagnose --level` takes.
+    #[test]
+    fn level_rows_carry_the_verdict_line_and_index() {
+        let mut run = crate::testdata::run();
+        let l = &mut run.phases[0].levels[0];
+        l.histograms = "histograms/L007.json".into();
+        l.verdict = headroom_core::Verdict::Fail;
+        for o in &mut l.objectives {
+            o.verdict = headroom_core::Verdict::Fail;
+        }
+        let ids: Vec<String> = l.objectives.iter().map(|o| o.id.clone()).collect();
+        assert!(!ids.is_empty());
+        let s = super::render(&run);
+        let row = format!(
+            "<tr><td>7</td><td>{}</td><td class=\"FAIL\">FAIL ({})</td>",
+            headroom_core::slo::fmt_num(run.phases[0].levels[0].load),
+            ids.join(", ")
+        );
+        assert!(s.contains(&row), "{row} not in {s}");
     }
 }
