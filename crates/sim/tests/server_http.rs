@@ -934,3 +934,46 @@ async fn post_get_metrics(a: SocketAddr) -> String {
     s.read_to_end(&mut buf).await.unwrap();
     String::from_utf8_lossy(&buf).into_owned()
 }
+
+/// On the wall clock the twin keeps the modelled step timeline: a request's tokens arrive one
+/// modelled step apart on average, and the driver's wake-up jitter (tokio's timer rounds every
+/// deadline up to its 1 ms tick) does not add up step after step. Regression: each step used to
+/// start when the driver woke, so ~0.5–1 ms was added to every step (+3–6 % ITL on the A10G
+/// preset), and the sweep warned "ran behind real time" on an idle host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wall_clock_steps_keep_the_modelled_timeline() {
+    bounded(async {
+        let srv = start(spec(1.0), Faults::default(), None).await;
+        let n_tokens = 150u64;
+        let body = serde_json::json!({
+            "model": "tiny", "prompt": "hello there", "max_tokens": n_tokens,
+            "ignore_eos": true, "stream": true,
+        });
+        let r = post(srv.api_addr, "/v1/completions", &body).await;
+        assert_eq!(r.status, 200);
+        let (step_s, late_s) = srv.clock_lag_s();
+        // One prefill step and n − 1 decode steps slept; the content events (all but the final
+        // `[DONE]`) arrive one step apart, so n − 1 gaps span the n − 1 decode steps.
+        let t = &r.event_times;
+        assert!(t.len() as u64 > n_tokens, "{} events", t.len());
+        let span = (t[n_tokens as usize - 1] - t[0]).as_secs_f64();
+        let modelled_step = step_s / n_tokens as f64;
+        let observed_step = span / (n_tokens - 1) as f64;
+        let excess = observed_step / modelled_step - 1.0;
+        eprintln!(
+            "modelled step {:.3} ms, observed {:.3} ms ({:+.2} %), driver late {:.1} ms over {:.3} s",
+            modelled_step * 1e3,
+            observed_step * 1e3,
+            excess * 100.0,
+            late_s * 1e3,
+            step_s
+        );
+        assert!(
+            excess.abs() < 0.02,
+            "tokens arrive {:+.2} % off the modelled step",
+            excess * 100.0
+        );
+        srv.shutdown().await;
+    })
+    .await;
+}

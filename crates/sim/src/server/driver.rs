@@ -8,8 +8,15 @@
 //!
 //! Clock: engine time is wall time since the driver started (monotonic, on the tokio clock);
 //! the engine applies `EngineConfig::time_scale` to its own step durations and frontend delay.
-//! Each step starts when the previous one ends (or now, if the driver fell behind) and its
-//! tokens are delivered when the step ends on the wall clock (`sleep_until`). Commands that
+//! Each step starts when the previous one ends on the modelled timeline, and its tokens are
+//! delivered when the step ends on the wall clock (`sleep_until`). tokio's timer rounds a
+//! deadline up to its next 1 ms tick, so the driver wakes a little after each step's end, and a
+//! busy host wakes it later still. The modelled engine did not slow down, only the delivery did,
+//! so the next step still starts at the modelled end (or at the last command's arrival, if
+//! later) and the timeline does not drift; only a driver more than [`CATCH_UP_MAX_S`] behind
+//! starts the next step now (one burst of catch-up tokens would distort more than a shift).
+//! Wake-ups later than [`WAKE_JITTER_S`] are counted in [`ClockLag`]: they are the delivery
+//! delays a client sees in its ITL. Commands that
 //! arrive during a step are applied at once, with their own arrival time, and join a later
 //! step, as in vLLM. In zero-latency mode (`time_scale == 0`) every duration is 0: steps run back
 //! to back, yielding to the HTTP tasks every millisecond, so clients get tokens as fast as the
@@ -27,6 +34,14 @@ use tokio::time::Instant;
 
 use super::render::Finish;
 use crate::{Engine, FinishReason, NewRequest, RequestId};
+
+/// Lateness of the driver's wake-up after a step's end that is timer jitter (tokio's 1 ms tick
+/// plus a scheduling delay), not counted as running behind. Seconds.
+pub(crate) const WAKE_JITTER_S: f64 = 0.002;
+
+/// Largest lateness the driver makes up by starting the next step at the modelled end; beyond
+/// it, the next step starts now. Seconds.
+pub(crate) const CATCH_UP_MAX_S: f64 = 0.05;
 
 /// In zero-latency mode the driver steps back to back for at least this long and at least
 /// [`ZERO_LATENCY_BURST_STEPS`] steps (but never longer than [`ZERO_LATENCY_BURST_MAX`]) before
@@ -147,13 +162,14 @@ impl Clock {
     }
 }
 
-/// How far the wall-clock driver fell behind the engine's step times: a step due at `end` that
-/// is delivered later makes every ITL longer than the modelled GPU would. Cumulative, ns.
+/// How late the wall-clock driver delivered steps: a step due at `end` whose tokens go out more
+/// than [`WAKE_JITTER_S`] later lengthens that ITL (and shortens the next, as the timeline
+/// catches up) beyond what the modelled GPU would show. Cumulative, ns.
 #[derive(Debug, Default)]
 pub struct ClockLag {
     /// Σ modelled step durations of steps that slept.
     pub step_ns: AtomicU64,
-    /// Σ (actual wake − due time) of those steps.
+    /// Σ (actual wake − due time) of those steps that woke more than [`WAKE_JITTER_S`] late.
     pub late_ns: AtomicU64,
 }
 
@@ -167,6 +183,9 @@ pub(crate) struct Driver {
     by_key: HashMap<u64, RequestId>,
     key_of: HashMap<RequestId, u64>,
     stopping: bool,
+    /// Engine time of the last command applied (an arrival or a cancellation): a step never
+    /// starts before it.
+    last_cmd_s: f64,
 }
 
 impl Driver {
@@ -186,12 +205,15 @@ impl Driver {
             by_key: HashMap::new(),
             key_of: HashMap::new(),
             stopping: false,
+            last_cmd_s: 0.0,
         }
     }
 
     /// Runs until `Shutdown` or until every sender is gone.
     pub(crate) async fn run(mut self) {
         let mut burst_start: Option<(std::time::Instant, u32)> = None;
+        // Where the next step starts on the modelled timeline when the driver kept up.
+        let mut resume_at: Option<f64> = None;
         loop {
             while let Ok(cmd) = self.rx.try_recv() {
                 self.apply(cmd);
@@ -200,13 +222,17 @@ impl Driver {
                 break;
             }
             if !self.engine.has_work() {
+                resume_at = None;
                 match self.rx.recv().await {
                     Some(cmd) => self.apply(cmd),
                     None => break,
                 }
                 continue;
             }
-            let t0 = self.clock.now_s();
+            let now = self.clock.now_s();
+            let t0 = resume_at
+                .take()
+                .map_or(now, |end| end.max(self.last_cmd_s).min(now));
             let result = self.engine.step(t0);
             let end = t0 + result.duration_s.max(0.0);
             let sleeps = result.duration_s > 0.0;
@@ -227,9 +253,14 @@ impl Driver {
                 self.lag
                     .step_ns
                     .fetch_add((result.duration_s * 1e9) as u64, Ordering::Relaxed);
-                self.lag
-                    .late_ns
-                    .fetch_add((late * 1e9) as u64, Ordering::Relaxed);
+                if late <= CATCH_UP_MAX_S {
+                    resume_at = Some(end);
+                }
+                if late > WAKE_JITTER_S {
+                    self.lag
+                        .late_ns
+                        .fetch_add((late * 1e9) as u64, Ordering::Relaxed);
+                }
             }
             // Queue times first: a finished request's slot is published below.
             for (id, q) in self.engine.finished_queue_times() {
@@ -287,7 +318,8 @@ impl Driver {
                     slot.publish(0, Some(Finish::Abort));
                     return;
                 }
-                let id = self.engine.add_request(request, self.clock.now_s());
+                self.last_cmd_s = self.clock.now_s();
+                let id = self.engine.add_request(request, self.last_cmd_s);
                 self.by_id.insert(id, slot);
                 self.by_key.insert(key, id);
                 self.key_of.insert(id, key);
@@ -297,7 +329,8 @@ impl Driver {
                     self.key_of.remove(&id);
                     // The client went away: vLLM cancels such a request without counting it
                     // among finished requests (see `Engine::cancel`).
-                    self.engine.cancel(id, self.clock.now_s());
+                    self.last_cmd_s = self.clock.now_s();
+                    self.engine.cancel(id, self.last_cmd_s);
                     if let Some(slot) = self.by_id.remove(&id) {
                         let produced = slot.progress().produced;
                         slot.publish(produced, Some(Finish::Abort));
