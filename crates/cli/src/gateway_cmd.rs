@@ -62,8 +62,22 @@ pub async fn run(a: GatewayArgs) -> Result<()> {
         Some(p) => Some(SloFile::load(p)?),
         None => None,
     };
+    let unmatched = slo.as_ref().map(|s| {
+        let names: Vec<&str> = file.classes.iter().map(|c| c.name.as_str()).collect();
+        unmatched_slo_classes(s, &names)
+    });
     let cfg = GatewayConfig::resolve(a.listen, &a.upstream, file, &origin, slo)?;
     let classes: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    if let (Some(unmatched), Some(p)) = (unmatched, &a.slo)
+        && !unmatched.is_empty()
+    {
+        eprintln!(
+            "headroom gateway: note: {} names class(es) {} that no class of {origin} classifies requests into (gateway classes: {}); their thresholds become histogram buckets, but such requests are counted under another class. Add classes with these names to --config (by route, model, prompt length, max_tokens or tenant) to measure them apart.",
+            p.display(),
+            unmatched.join(", "),
+            classes.join(", ")
+        );
+    }
     let classes = classes.join(", ");
     let handle = start(cfg).await.context("cannot start the gateway")?;
     eprintln!(
@@ -75,4 +89,38 @@ pub async fn run(a: GatewayArgs) -> Result<()> {
         .context("cannot wait for Ctrl-C")?;
     handle.shutdown().await;
     Ok(())
+}
+
+/// Classes named in `slo.yaml` (other than the `*` default) that no gateway class carries: the
+/// gateway labels requests only with its own classes, so objectives of these classes have no
+/// series of their own.
+fn unmatched_slo_classes(slo: &SloFile, gateway_classes: &[&str]) -> Vec<String> {
+    slo.objectives
+        .keys()
+        .filter(|k| k.as_str() != "*" && !gateway_classes.contains(&k.as_str()))
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slo_classes_without_a_gateway_class_are_named() {
+        let slo = SloFile::parse(
+            "objectives:\n  '*': {ttft: {p95: 1s}}\n  chat: {ttft: {p95: 250ms}}\n  long_doc: {ttft: {p95: 2s}}\n",
+            std::path::Path::new("slo.yaml"),
+        )
+        .unwrap();
+        assert_eq!(
+            unmatched_slo_classes(&slo, &["default"]),
+            vec!["chat".to_string(), "long_doc".to_string()]
+        );
+        assert_eq!(
+            unmatched_slo_classes(&slo, &["chat", "other"]),
+            vec!["long_doc".to_string()]
+        );
+        assert!(unmatched_slo_classes(&slo, &["long_doc", "chat"]).is_empty());
+    }
 }

@@ -154,6 +154,10 @@ pub struct ClientHealth {
     pub send_lag_p99_s: f64,
     /// Send lag max, seconds.
     pub send_lag_max_s: f64,
+    /// Open loop: how late the operating system woke the pacer thread at the intended send
+    /// times, p99, seconds: the share of the send lag due to the host's scheduler.
+    #[serde(default)]
+    pub pacer_late_p99_s: f64,
 }
 
 /// The engine's own view of a level (from `/metrics` scrapes at start, during and end), and the

@@ -369,7 +369,7 @@ fn main() {
             let c = rec.total();
             let q = |p: f64| c.send_lag.value_at_quantile(p) as f64 / 1e6;
             println!(
-                "open loop 500 req/s Poisson, pacer spin {spin_us} µs (round {}; 50–150 tokens at {open_itl_ms} ms ITL, ≈{:.0} streams in flight by Little's law): {} requests started in {:.1} s window; send lag p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms; outcomes {:?}; client thread CPU {:.2} s, process CPU {:.2} s (with the stub) over {:.1} s",
+                "open loop 500 req/s Poisson, pacer spin {spin_us} µs (round {}; 50–150 tokens at {open_itl_ms} ms ITL, ≈{:.0} streams in flight by Little's law): {} requests started in {:.1} s window; send lag p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms (of which the pacer thread woke late by p99 {:.3} ms); outcomes {:?}; client thread CPU {:.2} s, process CPU {:.2} s (with the stub) over {:.1} s",
                 round + 1,
                 500.0 * c.e2e.mean() / 1e9,
                 rec.started,
@@ -378,6 +378,7 @@ fn main() {
                 q(0.99),
                 q(0.999),
                 c.send_lag.max() as f64 / 1e6,
+                rec.client.pacer_late_p99_ns as f64 / 1e6,
                 c.outcome_labels(),
                 cpu,
                 pcpu,

@@ -309,6 +309,12 @@ pub struct ClientUsage {
     /// denominator of CPU per chunk.
     #[serde(default)]
     pub sse_events: u64,
+    /// Open loop: how late the operating system woke the pacer thread at the intended send times
+    /// of the window's requests, p99, nanoseconds (0 in closed loop). The part of the send lag
+    /// the host's scheduler is responsible for; the rest is the client's runtime picking up the
+    /// launched request.
+    #[serde(default)]
+    pub pacer_late_p99_ns: u64,
 }
 
 /// Counts over every request of a level — warm-up, window and drain — the span the server's
@@ -494,6 +500,10 @@ impl LevelRecording {
         self.client.wall_s = self.client.wall_s.max(other.client.wall_s);
         self.client.cores += other.client.cores;
         self.client.sse_events += other.client.sse_events;
+        self.client.pacer_late_p99_ns = self
+            .client
+            .pacer_late_p99_ns
+            .max(other.client.pacer_late_p99_ns);
         self.shards += other.shards;
         for (a, b) in self.class_totals.iter_mut().zip(&other.class_totals) {
             a.merge(b);
@@ -525,6 +535,7 @@ impl LevelRecording {
                 t.send_lag.value_at_quantile(0.99) as f64 / 1e9
             },
             send_lag_max_s: t.send_lag.max() as f64 / 1e9,
+            pacer_late_p99_s: self.client.pacer_late_p99_ns as f64 / 1e9,
         }
     }
 
@@ -534,8 +545,21 @@ impl LevelRecording {
         let h = self.client_health();
         let mut w = Vec::new();
         if self.mode == LoadMode::Rate && h.send_lag_p99_s > max_send_lag_s {
+            // Whose delay: the pacer woken late by the OS (a busy host), or the client's own
+            // runtime slow to send what the pacer launched (too many streams per client).
+            let cause = if h.pacer_late_p99_s >= 0.5 * h.send_lag_p99_s {
+                format!(
+                    "the operating system woke the pacer thread up to {:.2} ms late (p99), so the host is too busy: give the client a quieter machine or its own cores",
+                    h.pacer_late_p99_s * 1e3
+                )
+            } else {
+                format!(
+                    "the pacer woke on time (p99 {:.2} ms late) but the client's runtime was slow to send: use fewer streams per client or shard the load (--shard i/N)",
+                    h.pacer_late_p99_s * 1e3
+                )
+            };
             w.push(format!(
-                "send lag p99 {:.2} ms exceeds {:.2} ms: requests left later than scheduled, so latencies include client delay; use fewer streams per client or shard the load (--shard i/N)",
+                "send lag p99 {:.2} ms exceeds {:.2} ms: requests left later than scheduled, so latencies include client delay; {cause}",
                 h.send_lag_p99_s * 1e3,
                 max_send_lag_s * 1e3
             ));
@@ -848,6 +872,7 @@ mod tests {
             wall_s: 10.0,
             cores: 2,
             sse_events: 40,
+            pacer_late_p99_ns: 120_000,
         };
         let p = dir.path().join("histograms").join("level-1.json");
         l.save(&p).unwrap();
@@ -876,6 +901,7 @@ mod tests {
             wall_s: 10.0,
             cores: 2,
             sse_events: 0, // unknown: falls back to the window's events
+            pacer_late_p99_ns: 300_000,
         };
         let h = l.client_health();
         assert_eq!(h.chunks, 300); // 3 SSE events per request
@@ -884,6 +910,23 @@ mod tests {
         let w = l.client_warnings(0.001, 0.8);
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("send lag p99 9.90 ms"));
+        // The pacer woke 0.3 ms late against 9.9 ms of lag: the client's runtime is to blame.
+        assert!(
+            w[0].contains("the pacer woke on time (p99 0.30 ms late)"),
+            "{}",
+            w[0]
+        );
         assert!(w[1].contains("90 % of a core"));
+        // Woken 6 ms late (≥ half the lag): the host's scheduler is to blame.
+        l.client.pacer_late_p99_ns = 6_000_000;
+        let w = l.client_warnings(0.001, 0.8);
+        assert!(
+            w[0].contains(
+                "woke the pacer thread up to 6.00 ms late (p99), so the host is too busy"
+            ),
+            "{}",
+            w[0]
+        );
+        assert!((l.client_health().pacer_late_p99_s - 0.006).abs() < 1e-12);
     }
 }

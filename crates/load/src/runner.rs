@@ -196,13 +196,16 @@ struct Done {
 enum Msg {
     /// A request finished.
     Done(Done),
-    /// Capped open loop: an arrival is due (intended send time).
-    Tick(Instant),
+    /// Capped open loop: an arrival is due (intended send time), and how late the pacer woke
+    /// for it (ns).
+    Tick(Instant, u64),
     /// Uncapped open loop: the pacer launched a prepared request. Sent before the request's task
     /// is spawned, so it always precedes that request's `Done`.
     Launched {
         /// Its intended time is inside the measurement window.
         in_window: bool,
+        /// How late the pacer thread woke for it, ns.
+        late_ns: u64,
     },
 }
 
@@ -246,14 +249,17 @@ struct Flight {
     in_window: u64,
     e2e_all: hdrhistogram::Histogram<u64>,
     sse_events: u64,
+    /// Open loop: how late the pacer woke for each launch of the window, ns.
+    pacer_late: hdrhistogram::Histogram<u64>,
 }
 
 impl Flight {
     /// Counts a request the pacer launched (open loop), in the window or in the warm-up.
-    fn launched(&mut self, out: &mut LevelRecording, in_window: bool) {
+    fn launched(&mut self, out: &mut LevelRecording, in_window: bool, late_ns: u64) {
         if in_window {
             out.started += 1;
             self.in_window += 1;
+            self.pacer_late.saturating_record(late_ns);
         } else {
             out.warmup_started += 1;
         }
@@ -338,6 +344,7 @@ pub async fn run_level_with(
         in_window: 0,
         e2e_all: new_histogram(),
         sse_events: 0,
+        pacer_late: new_histogram(),
     };
     let next_request = |mix: &mut RequestMix<'_>| -> Option<PreparedRequest> {
         // A draw fails only when a tokenizer fails; the request is skipped.
@@ -514,14 +521,15 @@ pub async fn run_level_with(
                     () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
                     m = rx.recv() => match m {
                         None => break,
-                        Some(Msg::Launched { in_window }) => {
-                            fl.launched(&mut out, in_window);
+                        Some(Msg::Launched { in_window, late_ns }) => {
+                            fl.launched(&mut out, in_window, late_ns);
                             refill(&mut mix, &prep_tx);
                         }
-                        Some(Msg::Tick(intended)) => {
+                        Some(Msg::Tick(intended, late_ns)) => {
                             let Some(p) = pending.take() else { break };
                             let in_window = intended >= window_start;
                             if in_window {
+                                fl.pacer_late.saturating_record(late_ns);
                                 out.started += 1;
                             } else {
                                 out.warmup_started += 1;
@@ -563,9 +571,11 @@ pub async fn run_level_with(
             // the drain decides what is still in flight.
             while let Ok(m) = rx.try_recv() {
                 match m {
-                    Msg::Launched { in_window } => fl.launched(&mut out, in_window),
+                    Msg::Launched { in_window, late_ns } => {
+                        fl.launched(&mut out, in_window, late_ns);
+                    }
                     Msg::Done(d) => fl.done(d, &mut out, &opts.goodput),
-                    Msg::Tick(_) => {}
+                    Msg::Tick(..) => {}
                 }
             }
             // Arrivals of the window that never got a slot: recorded as cancelled before their
@@ -652,6 +662,11 @@ pub async fn run_level_with(
         wall_s: t0.elapsed().as_secs_f64(),
         cores: out.client.cores,
         sse_events: fl.sse_events,
+        pacer_late_p99_ns: if fl.pacer_late.is_empty() {
+            0
+        } else {
+            fl.pacer_late.value_at_quantile(0.99)
+        },
     };
     out
 }
@@ -711,6 +726,8 @@ fn pace(
                 std::hint::spin_loop();
             }
         }
+        let late_ns = u64::try_from(Instant::now().saturating_duration_since(at).as_nanos())
+            .unwrap_or(u64::MAX);
         let sent = match (&direct, prepared) {
             (Some(d), Some(p)) => {
                 let offset_ns = u64::try_from(offset.as_nanos()).unwrap_or(u64::MAX);
@@ -718,7 +735,7 @@ fn pace(
                     return;
                 }
                 let in_window = at >= d.window_start;
-                let ok = tx.send(Msg::Launched { in_window }).is_ok();
+                let ok = tx.send(Msg::Launched { in_window, late_ns }).is_ok();
                 if ok {
                     d.handle.spawn(request_task(
                         d.target.clone(),
@@ -732,7 +749,7 @@ fn pace(
                 }
                 ok
             }
-            _ => tx.send(Msg::Tick(at)).is_ok(),
+            _ => tx.send(Msg::Tick(at, late_ns)).is_ok(),
         };
         if !sent {
             return;

@@ -94,6 +94,16 @@ async fn open_loop_constant_rate_starts_exactly_the_schedule() {
         "send lag p99 {}",
         lag.send_lag_p99_s
     );
+    // The pacer's own wake-up lateness is part of each request's send lag (measured later, when
+    // the request is built), so its p99 is recorded and at most the send lag's (HDR precision:
+    // 3 significant digits).
+    assert!(lag.pacer_late_p99_s > 0.0, "pacer lateness not recorded");
+    assert!(
+        lag.pacer_late_p99_s <= lag.send_lag_p99_s * 1.001,
+        "pacer late p99 {} > send lag p99 {}",
+        lag.pacer_late_p99_s,
+        lag.send_lag_p99_s
+    );
     assert_eq!(stub.requests(), 59);
 }
 

@@ -118,12 +118,19 @@ fn level_detail(o: &mut String, l: &LevelResult) {
         l.tokens.output_cap_requested,
         l.tokens.output_realised
     ));
+    // Send lag only means something in open loop (a closed loop sends when a slot frees).
+    let lag = if l.mode == headroom_core::run::LoadMode::Rate {
+        format!(
+            ", send lag p99 {} (pacer woken late p99 {})",
+            headroom_core::slo::fmt_duration_s(l.client.send_lag_p99_s.max(1e-9)),
+            headroom_core::slo::fmt_duration_s(l.client.pacer_late_p99_s.max(1e-9))
+        )
+    } else {
+        String::new()
+    };
     o.push_str(&format!(
-        "Client: {:.2} CPU s over {:.1} s, {:.2} µs per chunk, send lag p99 {}.\n",
-        l.client.cpu_s,
-        l.client.wall_s,
-        l.client.cpu_per_chunk_us,
-        headroom_core::slo::fmt_duration_s(l.client.send_lag_p99_s.max(1e-9))
+        "Client: {:.2} CPU s over {:.1} s, {:.2} µs per chunk{lag}.\n",
+        l.client.cpu_s, l.client.wall_s, l.client.cpu_per_chunk_us,
     ));
     if let Some(s) = &l.server {
         o.push_str(&format!("\nServer (`{}`):\n\n", esc(&s.engine)));
