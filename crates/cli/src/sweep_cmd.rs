@@ -470,7 +470,12 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     let progress = Bars {
         bar: Mutex::new(None),
     };
-    let lag_fn = embedded.as_ref().map(|h| move || h.clock_lag_s());
+    let lag_fn = embedded.as_ref().map(|h| {
+        move || {
+            let l = h.clock_lag();
+            (l.steps, l.late_steps, l.late_s)
+        }
+    });
     eprintln!(
         "headroom: sweeping {} class(es) of {} at {}; run directory {}",
         plans.len(),
@@ -499,7 +504,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         on_result: &on_result,
         clock_lag: lag_fn
             .as_ref()
-            .map(|f| f as &(dyn Fn() -> (f64, f64) + Send + Sync)),
+            .map(|f| f as &(dyn Fn() -> (u64, u64, f64) + Send + Sync)),
     };
     let result = sweep.run().await;
     if let Some(h) = embedded {

@@ -951,13 +951,17 @@ async fn wall_clock_steps_keep_the_modelled_timeline() {
         });
         let r = post(srv.api_addr, "/v1/completions", &body).await;
         assert_eq!(r.status, 200);
-        let (step_s, late_s) = srv.clock_lag_s();
+        let lag = srv.clock_lag();
+        let (step_s, late_s) = (lag.step_s, lag.late_s);
+        // One prefill step and a decode step per further token (plus, with async scheduling,
+        // possibly one step that finishes the request).
+        assert!((n_tokens..=n_tokens + 1).contains(&lag.steps), "{} steps", lag.steps);
         // One prefill step and n − 1 decode steps slept; the content events (all but the final
         // `[DONE]`) arrive one step apart, so n − 1 gaps span the n − 1 decode steps.
         let t = &r.event_times;
         assert!(t.len() as u64 > n_tokens, "{} events", t.len());
         let span = (t[n_tokens as usize - 1] - t[0]).as_secs_f64();
-        let modelled_step = step_s / n_tokens as f64;
+        let modelled_step = step_s / lag.steps as f64;
         let observed_step = span / (n_tokens - 1) as f64;
         let excess = observed_step / modelled_step - 1.0;
         eprintln!(

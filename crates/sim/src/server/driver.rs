@@ -164,12 +164,16 @@ impl Clock {
 
 /// How late the wall-clock driver delivered steps: a step due at `end` whose tokens go out more
 /// than [`WAKE_JITTER_S`] later lengthens that ITL (and shortens the next, as the timeline
-/// catches up) beyond what the modelled GPU would show. Cumulative, ns.
+/// catches up) beyond what the modelled GPU would show. Cumulative.
 #[derive(Debug, Default)]
 pub struct ClockLag {
-    /// Σ modelled step durations of steps that slept.
+    /// Steps that slept (non-zero modelled duration).
+    pub steps: AtomicU64,
+    /// Σ modelled step durations of those steps, ns.
     pub step_ns: AtomicU64,
-    /// Σ (actual wake − due time) of those steps that woke more than [`WAKE_JITTER_S`] late.
+    /// Those steps whose wake-up came more than [`WAKE_JITTER_S`] after their end.
+    pub late_steps: AtomicU64,
+    /// Σ (actual wake − due time) of the late steps, ns.
     pub late_ns: AtomicU64,
 }
 
@@ -250,6 +254,7 @@ impl Driver {
                     }
                 }
                 let late = (self.clock.now_s() - end).max(0.0);
+                self.lag.steps.fetch_add(1, Ordering::Relaxed);
                 self.lag
                     .step_ns
                     .fetch_add((result.duration_s * 1e9) as u64, Ordering::Relaxed);
@@ -257,6 +262,7 @@ impl Driver {
                     resume_at = Some(end);
                 }
                 if late > WAKE_JITTER_S {
+                    self.lag.late_steps.fetch_add(1, Ordering::Relaxed);
                     self.lag
                         .late_ns
                         .fetch_add((late * 1e9) as u64, Ordering::Relaxed);

@@ -83,6 +83,19 @@ impl Default for ServerConfig {
     }
 }
 
+/// See [`ServerHandle::clock_lag`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ClockLagSnapshot {
+    /// Steps with a non-zero modelled duration.
+    pub steps: u64,
+    /// Their modelled time, seconds.
+    pub step_s: f64,
+    /// Steps delivered more than 2 ms after their end.
+    pub late_steps: u64,
+    /// Σ lateness of those steps, seconds.
+    pub late_s: f64,
+}
+
 /// A running server; dropping it leaves the server running until the runtime stops.
 #[derive(Debug)]
 pub struct ServerHandle {
@@ -97,15 +110,18 @@ pub struct ServerHandle {
 }
 
 impl ServerHandle {
-    /// Cumulative `(modelled step seconds, seconds delivered late)` of the wall-clock driver. A
-    /// late share above a few percent means the host is too busy for the twin to keep real time,
-    /// so its latencies are inflated (the sweep warns with it).
-    pub fn clock_lag_s(&self) -> (f64, f64) {
+    /// The wall-clock driver's delivery so far (cumulative): steps, their modelled time, and
+    /// those whose tokens went out more than 2 ms after the step's end. Many late steps mean the
+    /// host is too busy for the twin to deliver on time, so client-side ITL and TTFT percentiles
+    /// are inflated (the sweep warns with it).
+    pub fn clock_lag(&self) -> ClockLagSnapshot {
         use std::sync::atomic::Ordering;
-        (
-            self.lag.step_ns.load(Ordering::Relaxed) as f64 / 1e9,
-            self.lag.late_ns.load(Ordering::Relaxed) as f64 / 1e9,
-        )
+        ClockLagSnapshot {
+            steps: self.lag.steps.load(Ordering::Relaxed),
+            step_s: self.lag.step_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            late_steps: self.lag.late_steps.load(Ordering::Relaxed),
+            late_s: self.lag.late_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        }
     }
 
     /// Stops accepting connections, aborts requests in flight (their streams end without
