@@ -50,6 +50,8 @@ use hyper_util::rt::TokioIo;
 
 const GATEWAY_ENV: &str = "HEADROOM_GW_BENCH_UPSTREAM";
 const RELAY_ENV: &str = "HEADROOM_GW_BENCH_RELAY";
+/// Set for a child of a fixed-work run (see [`fixed_run`]).
+const FIXED_ENV: &str = "HEADROOM_GW_BENCH_FIXED";
 
 fn env_or(name: &str, default: f64) -> f64 {
     std::env::var(name)
@@ -116,7 +118,11 @@ fn gateway_child(upstream: &str) {
         .expect("config");
         let h = headroom_gateway::start(cfg).await.expect("gateway starts");
         let lags = Lags::default();
-        lag_probe(lags.clone());
+        // A fixed-work run counts instructions: a probe that runs by the clock would add work
+        // that depends on how long the run took.
+        if std::env::var_os(FIXED_ENV).is_none() {
+            lag_probe(lags.clone());
+        }
         println!("{}", h.addr);
         let _ = std::io::stdout().flush();
         let _ = tokio::task::spawn_blocking(move || command_loop(&lags)).await;
@@ -244,7 +250,7 @@ fn count_events(chunk: &[u8], prev_newline: &mut bool) -> u64 {
     n
 }
 
-/// One closed-loop stream. Each request asks for a length drawn uniformly from
+/// One closed-loop stream of at most `limit` requests. Each request asks for a length drawn uniformly from
 /// `[max_tokens / 2, 3 × max_tokens / 2]` (xorshift seeded by `seed`): with equal lengths every
 /// stream would finish and restart in lockstep, and a request arriving a microsecond later than
 /// its cohort would wait a whole engine step, which measures the twin's batching, not the path.
@@ -252,6 +258,7 @@ async fn stream_loop(
     addr: SocketAddr,
     max_tokens: u64,
     seed: u64,
+    limit: u64,
     stop: Arc<AtomicBool>,
     record: Arc<AtomicBool>,
     c: Arc<Counters>,
@@ -273,7 +280,9 @@ async fn stream_loop(
     };
     tokio::spawn(conn);
     let mut mine = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
+    let mut sent = 0;
+    while !stop.load(Ordering::Relaxed) && sent < limit {
+        sent += 1;
         let body = Bytes::from(format!(
             r#"{{"prompt":"benchmark prompt of eight words in total","max_tokens":{},"ignore_eos":true,"stream":true,"stream_options":{{"include_usage":true}}}}"#,
             next_len()
@@ -353,8 +362,22 @@ struct ChildProc {
 }
 
 impl ChildProc {
-    fn spawn(env: &str, upstream: String) -> ChildProc {
-        let mut child = Command::new(std::env::current_exe().expect("own path"))
+    /// This binary as the child named by `env`, run under the command line `wrap` (e.g.
+    /// `valgrind --tool=callgrind`) when given; `fixed` marks a child of a fixed-work run.
+    fn spawn(env: &str, upstream: String, wrap: Option<&str>, fixed: bool) -> ChildProc {
+        let exe = std::env::current_exe().expect("own path");
+        let mut cmd = match wrap.map(str::split_whitespace) {
+            Some(mut w) => {
+                let mut c = Command::new(w.next().expect("CHILD_WRAP names a program"));
+                c.args(w).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        if fixed {
+            cmd.env(FIXED_ENV, "1");
+        }
+        let mut child = cmd
             .env(env, upstream)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -500,13 +523,21 @@ fn run_phase(
         for i in 0..spec.streams {
             let (s, r, c) = (stop.clone(), record.clone(), main.clone());
             let (a, m) = (spec.addr, spec.max_tokens);
-            tasks.push(tokio::spawn(stream_loop(a, m, i, s, r, c)));
+            tasks.push(tokio::spawn(stream_loop(a, m, i, u64::MAX, s, r, c)));
         }
         if let Some((waddr, wn)) = spec.witness {
             for i in 0..wn {
                 let (s, r, c) = (stop.clone(), record.clone(), wit.clone());
                 let m = spec.max_tokens;
-                tasks.push(tokio::spawn(stream_loop(waddr, m, 1_000_000 + i, s, r, c)));
+                tasks.push(tokio::spawn(stream_loop(
+                    waddr,
+                    m,
+                    1_000_000 + i,
+                    u64::MAX,
+                    s,
+                    r,
+                    c,
+                )));
             }
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -594,30 +625,17 @@ fn print_row(name: &str, s: &Seen, p: &Phase, streams: u64) {
     );
 }
 
-fn main() {
-    if let Ok(up) = std::env::var(GATEWAY_ENV) {
-        gateway_child(&up);
-        return;
-    }
-    if let Ok(up) = std::env::var(RELAY_ENV) {
-        relay_child(&up);
-        return;
-    }
-    // `cargo bench` passes `--bench`; `cargo test --benches` runs us too: keep that short.
-    let quick =
-        std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
-    let levels: Vec<u64> = std::env::var("STREAMS")
-        .unwrap_or_else(|_| if quick { "20" } else { "100,1000" }.to_string())
-        .split(',')
-        .filter_map(|x| x.trim().parse().ok())
-        .collect();
-    let witness = env_or("WITNESS", if quick { 5.0 } else { 100.0 }) as u64;
-    let max_tokens = env_or("MAX_TOKENS", 64.0) as u64;
-    let seconds = env_or("SECONDS", if quick { 1.0 } else { 8.0 });
-    let time_scale = env_or("TIME_SCALE", 0.25);
-    let rounds = env_or("ROUNDS", 1.0) as u64;
-    let most = levels.iter().copied().max().unwrap_or(0) + witness;
-
+/// The engine twin on its own thread, sized for `most` concurrent streams: its address, the
+/// sender that stops it, and its thread.
+fn start_twin(
+    most: u64,
+    max_tokens: u64,
+    time_scale: f64,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    std::thread::JoinHandle<()>,
+) {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let twin = std::thread::spawn(move || {
@@ -649,9 +667,102 @@ fn main() {
             h.shutdown().await;
         });
     });
-    let twin_addr = addr_rx.recv().expect("twin address");
-    let mut gw = ChildProc::spawn(GATEWAY_ENV, format!("http://{twin_addr}"));
-    let mut relay = ChildProc::spawn(RELAY_ENV, twin_addr.to_string());
+    (addr_rx.recv().expect("twin address"), stop_tx, twin)
+}
+
+/// Fixed work for instruction counting: `STREAMS` (one number, default 10) closed-loop streams
+/// of exactly `FIXED_REQUESTS` requests each, through the child named by `FIXED_PATH`
+/// (`gateway`, the default, or `relay`), which runs under `CHILD_WRAP` when set (e.g.
+/// `valgrind --tool=callgrind --callgrind-out-file=...`) and without the clock-driven lag
+/// probe. Prints `fixed: E events F frames R requests` once every stream has finished, then
+/// stops the child. `benches/gateway_instructions.sh` runs this at two request counts and
+/// divides the difference of the child's instructions by the difference of the events.
+fn fixed_run(requests: u64) {
+    let streams = env_or("STREAMS", 10.0) as u64;
+    let max_tokens = env_or("MAX_TOKENS", 64.0) as u64;
+    let time_scale = env_or("TIME_SCALE", 1.0);
+    let (twin_addr, stop_tx, twin) = start_twin(streams, max_tokens, time_scale);
+    let wrap = std::env::var("CHILD_WRAP").ok();
+    let relay = std::env::var("FIXED_PATH").is_ok_and(|p| p == "relay");
+    let child = if relay {
+        ChildProc::spawn(RELAY_ENV, twin_addr.to_string(), wrap.as_deref(), true)
+    } else {
+        ChildProc::spawn(
+            GATEWAY_ENV,
+            format!("http://{twin_addr}"),
+            wrap.as_deref(),
+            true,
+        )
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let c = Arc::new(Counters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let record = Arc::new(AtomicBool::new(true));
+    let before = proc_stat(child.child.id());
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..streams)
+            .map(|i| {
+                let (s, r, c) = (stop.clone(), record.clone(), c.clone());
+                tokio::spawn(stream_loop(child.addr, max_tokens, i, requests, s, r, c))
+            })
+            .collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+    });
+    let after = proc_stat(child.child.id());
+    let events = c.events.load(Ordering::Relaxed);
+    println!(
+        "fixed: {events} events {} frames {} requests; child CPU {:.2} µs per event (user {:.2}, sys {:.2})",
+        c.frames.load(Ordering::Relaxed),
+        c.requests.load(Ordering::Relaxed),
+        (after.utime_s + after.stime_s - before.utime_s - before.stime_s) * 1e6 / events as f64,
+        (after.utime_s - before.utime_s) * 1e6 / events as f64,
+        (after.stime_s - before.stime_s) * 1e6 / events as f64,
+    );
+    child.stop();
+    let _ = stop_tx.send(());
+    let _ = twin.join();
+}
+
+fn main() {
+    if let Ok(up) = std::env::var(GATEWAY_ENV) {
+        gateway_child(&up);
+        return;
+    }
+    if let Ok(up) = std::env::var(RELAY_ENV) {
+        relay_child(&up);
+        return;
+    }
+    if let Some(r) = std::env::var("FIXED_REQUESTS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+    {
+        fixed_run(r);
+        return;
+    }
+    // `cargo bench` passes `--bench`; `cargo test --benches` runs us too: keep that short.
+    let quick =
+        std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
+    let levels: Vec<u64> = std::env::var("STREAMS")
+        .unwrap_or_else(|_| if quick { "20" } else { "100,1000" }.to_string())
+        .split(',')
+        .filter_map(|x| x.trim().parse().ok())
+        .collect();
+    let witness = env_or("WITNESS", if quick { 5.0 } else { 100.0 }) as u64;
+    let max_tokens = env_or("MAX_TOKENS", 64.0) as u64;
+    let seconds = env_or("SECONDS", if quick { 1.0 } else { 8.0 });
+    let time_scale = env_or("TIME_SCALE", 0.25);
+    let rounds = env_or("ROUNDS", 1.0) as u64;
+    let most = levels.iter().copied().max().unwrap_or(0) + witness;
+
+    let (twin_addr, stop_tx, twin) = start_twin(most, max_tokens, time_scale);
+    let mut gw = ChildProc::spawn(GATEWAY_ENV, format!("http://{twin_addr}"), None, false);
+    let mut relay = ChildProc::spawn(RELAY_ENV, twin_addr.to_string(), None, false);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

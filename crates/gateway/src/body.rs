@@ -31,10 +31,10 @@ use crate::admit::Slot;
 use crate::error::error_event;
 use crate::metrics::{ClassMetrics, GatewayOutcome};
 use crate::sse::{EventInfo, Finish, SseScanner};
+use crate::upstream::UpstreamBody;
 use bytes::Bytes;
 use headroom_core::signal::RequestTiming;
 use http::StatusCode;
-use hyper::body::Incoming;
 use hyper::body::{Body, Frame, SizeHint};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -51,7 +51,7 @@ pub enum ProxyBody {
     /// A body the gateway wrote (errors, `/metrics`).
     Full(Option<Bytes>),
     /// An upstream body passed through unmeasured (`/v1/models`, `/health`, …).
-    Plain(Incoming),
+    Plain(Box<UpstreamBody>),
     /// A measured completion response.
     Measured(Box<MeasuredBody>),
 }
@@ -73,7 +73,7 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Plain(i) => Pin::new(i).poll_frame(cx).map_err(Into::into),
+            ProxyBody::Plain(i) => Pin::new(i.as_mut()).poll_frame(cx).map_err(Into::into),
             ProxyBody::Measured(m) => Pin::new(m.as_mut()).poll_frame(cx),
         }
     }
@@ -114,7 +114,7 @@ const MAX_KEPT_BODY: usize = 8 << 20;
 /// The measured pass-through of one upstream response (see the module doc).
 #[derive(Debug)]
 pub struct MeasuredBody {
-    upstream: Option<Incoming>,
+    upstream: Option<UpstreamBody>,
     m: Arc<ClassMetrics>,
     slot: Option<Slot>,
     accepted: Instant,
@@ -159,7 +159,7 @@ pub struct Measure {
 
 impl MeasuredBody {
     /// Wraps `upstream`.
-    pub fn new(upstream: Incoming, m: Measure) -> MeasuredBody {
+    pub fn new(upstream: UpstreamBody, m: Measure) -> MeasuredBody {
         let now = Instant::now();
         let first = m.total_deadline.min(now + m.idle);
         let empty = upstream.is_end_stream();

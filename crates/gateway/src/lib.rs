@@ -9,8 +9,9 @@
 //! Rooms, in pipeline order: [`config`] (gateway.yaml), [`ids`] (X-Request-Id, traceparent),
 //! [`classify`] (route, model, prompt-length and max_tokens buckets, tenant allowlist), [`admit`]
 //! (per-class limit and wait queue), [`proxy`] (the server and forwarding, assembled in one
-//! place), [`body`] (the measured pass-through), [`sse`] (reading the stream for measurement),
-//! [`metrics`] (Prometheus export), [`error`] (OpenAI-shaped errors).
+//! place), [`upstream`] (upstream connections, driven in the client's task), [`body`] (the
+//! measured pass-through), [`sse`] (reading the stream for measurement), [`metrics`]
+//! (Prometheus export), [`error`] (OpenAI-shaped errors).
 //!
 //! ```no_run
 //! # async fn run() -> anyhow::Result<()> {
@@ -31,6 +32,8 @@ pub mod ids;
 pub mod metrics;
 pub mod proxy;
 pub mod sse;
+mod sse_scan;
+pub mod upstream;
 
 pub use config::{ConfigError, GatewayConfig, GatewayFile};
 pub use metrics::GatewayOutcome;

@@ -5,9 +5,10 @@
 //! OpenAI API: `POST /v1/chat/completions` and `POST /v1/completions` are classified, admitted
 //! and measured; the rest of `/v1/*` and `/health`, `/version`, `/ping`, `/tokenize`,
 //! `/detokenize` pass through unmeasured; any other path is a 404 (engine admin endpoints are not
-//! exposed). Upstreams are reached with hyper-util's pooled client (`TCP_NODELAY`, connect
-//! timeout); a pool is used round-robin, and a request whose connection could not be made is
-//! tried once on each other member of its pool (it never reached an engine, so this is safe).
+//! exposed). Upstream connections (`TCP_NODELAY`, connect timeout) are driven inside the task of
+//! the client's connection and kept in a pool per upstream ([`crate::upstream`]); a pool of
+//! upstreams is used round-robin, and a request whose connection could not be made is tried
+//! once on each other member of its pool (it never reached an engine, so this is safe).
 //!
 //! Status codes the gateway answers itself: 400 malformed JSON, 401 bad API key, 404 unknown
 //! path, 408 body too slow, 413 body too large, 429 queue full, 503 queue timeout, 502 upstream
@@ -25,14 +26,13 @@ use crate::config::{GatewayConfig, Route, Upstream, is_hop_by_hop};
 use crate::error::error_json;
 use crate::ids;
 use crate::metrics::{CONTENT_TYPE, ClassMetrics, GatewayOutcome, InvalidReason, Metrics};
+use crate::upstream::{Conns, UpstreamBody, UpstreamError};
 use bytes::{Bytes, BytesMut};
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE as CT, HeaderValue, RETRY_AFTER};
 use http::{HeaderName, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -58,18 +58,26 @@ pub struct Gateway {
     metrics: Metrics,
     limiters: Vec<Option<Limiter>>,
     pools: BTreeMap<String, Pool>,
-    client: Client<HttpConnector, Full<Bytes>>,
     upstream_auth: Option<HeaderValue>,
 }
 
 #[derive(Debug)]
 struct Pool {
-    members: Vec<Upstream>,
+    members: Vec<Member>,
     next: AtomicUsize,
 }
 
+#[derive(Debug)]
+struct Member {
+    up: Upstream,
+    /// The upstream's connections (shared by every pool that names the same base URL), or why
+    /// its base URL has no usable authority.
+    conns: Result<Arc<Conns>, String>,
+}
+
 impl Gateway {
-    /// Builds the state: metrics families, one limiter per limited class, the upstream client.
+    /// Builds the state: metrics families, one limiter per limited class, the upstream
+    /// connection pools.
     pub fn new(cfg: GatewayConfig) -> Gateway {
         let names: Vec<String> = cfg.classes.iter().map(|c| c.name.clone()).collect();
         let metrics = Metrics::new(&names, &cfg.tenants, cfg.slo.as_ref());
@@ -83,27 +91,30 @@ impl Gateway {
                 })
             })
             .collect();
+        let mut by_base: BTreeMap<&str, Result<Arc<Conns>, String>> = BTreeMap::new();
         let pools = cfg
             .pools
             .iter()
             .map(|(k, v)| {
+                let members = v
+                    .iter()
+                    .map(|up| Member {
+                        up: up.clone(),
+                        conns: by_base
+                            .entry(up.base.as_str())
+                            .or_insert_with(|| conns_for(&up.base, cfg.timeouts.connect))
+                            .clone(),
+                    })
+                    .collect();
                 (
                     k.clone(),
                     Pool {
-                        members: v.clone(),
+                        members,
                         next: AtomicUsize::new(0),
                     },
                 )
             })
             .collect();
-        let mut conn = HttpConnector::new();
-        conn.set_nodelay(true);
-        conn.set_connect_timeout(Some(cfg.timeouts.connect));
-        conn.enforce_http(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(4096)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(conn);
         let upstream_auth = cfg.upstream_api_key.as_ref().and_then(|k| {
             let mut v = HeaderValue::from_str(&format!("Bearer {k}")).ok()?;
             v.set_sensitive(true);
@@ -114,7 +125,6 @@ impl Gateway {
             metrics,
             limiters,
             pools,
-            client,
             upstream_auth,
         }
     }
@@ -312,6 +322,7 @@ impl Gateway {
         }
     }
 
+    /// The request for `up`, in origin form (the connection sets `Host`).
     fn upstream_request(
         &self,
         up: &Upstream,
@@ -320,7 +331,11 @@ impl Gateway {
         corr: &Correlation,
     ) -> Option<Request<Full<Bytes>>> {
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri: Uri = format!("{}{}{}", up.base, up.prefix, pq).parse().ok()?;
+        let uri: Uri = if up.prefix.is_empty() {
+            pq.parse().ok()?
+        } else {
+            format!("{}{pq}", up.prefix).parse().ok()?
+        };
         let mut b = Request::builder().method(parts.method.clone()).uri(uri);
         let h = b.headers_mut()?;
         for name in &self.cfg.forward_headers {
@@ -346,7 +361,7 @@ impl Gateway {
         parts: &http::request::Parts,
         body: Bytes,
         corr: &Correlation,
-    ) -> Result<Response<Incoming>, (GatewayOutcome, Response<ProxyBody>)> {
+    ) -> Result<Response<UpstreamBody>, (GatewayOutcome, Response<ProxyBody>)> {
         let Some(p) = self.pools.get(pool) else {
             return Err((
                 GatewayOutcome::UpstreamError,
@@ -360,7 +375,14 @@ impl Gateway {
         let start = p.next.fetch_add(1, Ordering::Relaxed);
         let mut reasons = Vec::new();
         for i in 0..n {
-            let up = &p.members[(start + i) % n];
+            let Member { up, conns } = &p.members[(start + i) % n];
+            let conns = match conns {
+                Ok(c) => c,
+                Err(e) => {
+                    reasons.push(format!("{}: {e}", up.base));
+                    continue;
+                }
+            };
             let Some(req) = self.upstream_request(up, parts, body.clone(), corr) else {
                 return Err((
                     GatewayOutcome::InvalidRequest,
@@ -371,17 +393,17 @@ impl Gateway {
                 ));
             };
             let first_byte = self.cfg.timeouts.first_byte;
-            match tokio::time::timeout(first_byte, self.client.request(req)).await {
+            match tokio::time::timeout(first_byte, conns.request(req)).await {
                 Ok(Ok(r)) => return Ok(r),
-                Ok(Err(e)) if e.is_connect() => {
-                    reasons.push(format!("{}: {}", up.base, describe(&e)));
+                Ok(Err(UpstreamError::Connect(e))) => {
+                    reasons.push(format!("{}: {e}", up.base));
                 }
-                Ok(Err(e)) => {
+                Ok(Err(UpstreamError::Transport(e))) => {
                     return Err((
                         GatewayOutcome::UpstreamError,
                         error(
                             StatusCode::BAD_GATEWAY,
-                            &format!("upstream {} failed: {}", up.base, describe(&e)),
+                            &format!("upstream {} failed: {e}", up.base),
                         ),
                     ));
                 }
@@ -426,7 +448,7 @@ impl Gateway {
             Ok(r) => {
                 let (mut p, b) = r.into_parts();
                 strip_hop_by_hop(&mut p.headers, false);
-                Response::from_parts(p, ProxyBody::Plain(b))
+                Response::from_parts(p, ProxyBody::Plain(Box::new(b)))
             }
             Err((_, r)) => r,
         }
@@ -517,16 +539,15 @@ fn strip_hop_by_hop(h: &mut http::HeaderMap, sse: bool) {
     }
 }
 
-fn describe(e: &hyper_util::client::legacy::Error) -> String {
-    use std::error::Error;
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
+/// The connections of the upstream at `base` (`http://host[:port]`).
+fn conns_for(base: &str, connect_timeout: Duration) -> Result<Arc<Conns>, String> {
+    let uri: Uri = base
+        .parse()
+        .map_err(|e| format!("upstream base URL `{base}`: {e}"))?;
+    let authority = uri
+        .authority()
+        .ok_or_else(|| format!("upstream base URL `{base}` has no host"))?;
+    Conns::new(authority.as_str(), connect_timeout).map(Arc::new)
 }
 
 /// A gateway-written error response in the OpenAI shape.

@@ -111,7 +111,7 @@ impl SseScanner {
 /// The first line end (LF, CRLF or a lone CR, as the SSE spec allows): its index and the
 /// index after it, or `None` for a CR that is the frame's last byte.
 fn line_end(b: &[u8]) -> Option<(usize, Option<usize>)> {
-    let i = b.iter().position(|&c| c == b'\n' || c == b'\r')?;
+    let i = memchr::memchr2(b'\n', b'\r', b)?;
     if b[i] == b'\n' {
         return Some((i, Some(i + 1)));
     }
@@ -130,7 +130,8 @@ fn line_event(line: &[u8], on: &mut impl FnMut(EventInfo)) {
     on(parse_data(data));
 }
 
-/// Decodes one `data:` payload (without the `data:` prefix).
+/// Decodes one `data:` payload (without the `data:` prefix). A plain chunk is read in one pass
+/// ([`crate::sse_scan`]); anything that reader is not sure of goes through serde_json.
 pub fn parse_data(data: &[u8]) -> EventInfo {
     if data.trim_ascii() == b"[DONE]" {
         return EventInfo {
@@ -138,6 +139,12 @@ pub fn parse_data(data: &[u8]) -> EventInfo {
             ..EventInfo::default()
         };
     }
+    crate::sse_scan::scan(data).unwrap_or_else(|| parse_serde(data))
+}
+
+/// The reference reading of a JSON payload: serde_json into the fields named in the module doc;
+/// anything serde rejects says nothing.
+fn parse_serde(data: &[u8]) -> EventInfo {
     let Ok(c) = serde_json::from_slice::<Chunk>(data) else {
         return EventInfo::default();
     };
@@ -325,6 +332,134 @@ mod tests {
             scan(&fixture("completion_stream.txt"), 5),
             (5, Some(Finish::Length), Some(5), true)
         );
+    }
+
+    /// The JSON payload of every `data:` line of the streaming fixtures.
+    fn fixture_payloads() -> Vec<Vec<u8>> {
+        let dir =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/openai");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains("stream") && n.ends_with(".txt"))
+            .collect();
+        names.sort();
+        let mut out = Vec::new();
+        for n in names {
+            for line in fixture(&n).split(|&c| c == b'\n') {
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                if let Some(d) = line.strip_prefix(b"data: ")
+                    && d.starts_with(b"{")
+                {
+                    out.push(d.to_vec());
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn one_pass_reader_agrees_with_serde_on_real_chunks() {
+        let payloads = fixture_payloads();
+        // By grep over fixtures/openai/*stream*.txt: 26 JSON events, 9 of them carry a
+        // `usage` object (left to serde); the other 17 are read in one pass.
+        assert_eq!(payloads.len(), 26);
+        let mut fast = 0;
+        for p in &payloads {
+            let reference = parse_serde(p);
+            if let Some(info) = crate::sse_scan::scan(p) {
+                assert_eq!(info, reference, "{}", String::from_utf8_lossy(p));
+                fast += 1;
+            }
+            assert_eq!(parse_data(p), reference);
+        }
+        assert_eq!(fast, 17);
+    }
+
+    #[test]
+    fn one_pass_reader_declines_what_it_cannot_be_sure_of() {
+        let cases: [(&[u8], bool); 14] = [
+            // (payload, whether the one-pass reader may answer)
+            (br#"{"choices":[{"text":"a"}]}"#, true),
+            (br#" {"choices" : [ {"text" : "\u00e9"} ] } "#, false),
+            (
+                b"{\"choices\":[{\"text\":\"caf\xc3\xa9\"}],\"usage\":null}",
+                true,
+            ),
+            (br#"{"choices":[{"text":"a\nb"}]}"#, false),
+            (br#"{"choices":[{"text":"a","text":""}]}"#, false),
+            (br#"{"choices":[],"choices":[{"text":"a"}]}"#, false),
+            (br#"{"choices":[{"text":"a"},]}"#, false),
+            (br#"{"choices":[["a",null,"stop"]]}"#, false),
+            (br#"{"choices":[{"delta":["x"]}]}"#, false),
+            (br#"{"choices":[{"finish_reason":1}]}"#, false),
+            (br#"{"choices":[{"text":"a"}],"n":01}"#, false),
+            (br#"{"choices":[{"text":"a"}]} x"#, false),
+            (
+                br#"{"choices":[{"text":"a","x":[1.5e-3,true,{"y":[]}]}],"error":null}"#,
+                true,
+            ),
+            (b"{\"choices\":[{\"text\":\"\xff\"}]}", false),
+        ];
+        for (p, may) in cases {
+            let fast = crate::sse_scan::scan(p);
+            assert_eq!(fast.is_some(), may, "{}", String::from_utf8_lossy(p));
+            if let Some(info) = fast {
+                assert_eq!(info, parse_serde(p), "{}", String::from_utf8_lossy(p));
+            }
+        }
+        // Declined events still get serde's reading: an escaped newline is generated text, a
+        // duplicate field makes the event unreadable.
+        assert!(parse_data(br#"{"choices":[{"text":"a\nb"}]}"#).content);
+        assert!(!parse_data(br#"{"choices":[{"text":"a","text":""}]}"#).content);
+        let deep = format!(
+            "{{\"choices\":[{{\"text\":\"a\"}}],\"x\":{}1{}}}",
+            "[".repeat(100),
+            "]".repeat(100)
+        );
+        assert_eq!(crate::sse_scan::scan(deep.as_bytes()), None);
+        assert!(parse_data(deep.as_bytes()).content);
+    }
+
+    #[test]
+    fn one_pass_reader_never_disagrees_with_serde_on_mutated_chunks() {
+        // Seeded edits (replace, insert, delete) of real chunks with bytes that matter to JSON:
+        // whenever the one-pass reader answers, serde must say the same.
+        let alphabet = b"\"\\{}[],: nul0-e.tf1\x01\xc3\xa9\xff\t";
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let (mut answered, mut total) = (0, 0);
+        for p in fixture_payloads() {
+            for _ in 0..600 {
+                let mut m = p.clone();
+                for _ in 0..1 + next(3) {
+                    let at = next(m.len());
+                    let c = alphabet[next(alphabet.len())];
+                    match next(3) {
+                        0 => m[at] = c,
+                        1 => m.insert(at, c),
+                        _ => {
+                            m.remove(at);
+                        }
+                    }
+                    if m.is_empty() {
+                        m.push(c);
+                    }
+                }
+                total += 1;
+                if let Some(info) = crate::sse_scan::scan(&m) {
+                    answered += 1;
+                    assert_eq!(info, parse_serde(&m), "{}", String::from_utf8_lossy(&m));
+                }
+            }
+        }
+        // The test means something only if many mutants were still readable.
+        assert!(answered * 20 > total, "{answered} of {total}");
     }
 
     #[test]
