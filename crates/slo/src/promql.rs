@@ -193,13 +193,25 @@ pub fn le_matcher(le: &str) -> Matcher {
     }
 }
 
+/// The longest duration Headroom writes into PromQL or a rule: 365 days (`1y`), in seconds.
+///
+/// Every duration of this crate ends up in PromQL or a rule file: `budget.window` (the SLO
+/// period, in `increase(…[30d])` and the recording rules), tier windows, `for:` and smoothing
+/// windows. Prometheus parses durations into a signed 64-bit count of nanoseconds
+/// (`model.ParseDuration`), so it refuses anything past about 292 years, and an SLO period of
+/// more than a year is not an error budget anyone can act on: every burn-rate tier of the
+/// Workbook is dead long before (at `10y` the slowest tier's factor is 121).
+pub const MAX_PROM_DURATION_S: u64 = 365 * 86_400;
+
 /// A duration in Prometheus syntax (`5m`, `1h30m`, `30d`, `4w`), parsed to whole seconds.
 ///
 /// Units in order of size, each at most once: `y` (365 d), `w`, `d`, `h`, `m`, `s`, `ms`.
-/// Milliseconds are accepted only when the total is a whole number of seconds.
+/// Milliseconds are accepted only when the total is a whole number of seconds. The total must
+/// lie in (0, [`MAX_PROM_DURATION_S`]].
 ///
 /// # Errors
-/// A message saying what was expected for anything else (`1M`, `30 days`, `0d`, `1.5h`).
+/// A message saying what was expected for anything else (`1M`, `30 days`, `0d`, `1.5h`,
+/// `366d`, `300y`).
 pub fn parse_prom_duration(s: &str) -> Result<u64, String> {
     const UNITS: [(&str, u64); 7] = [
         ("y", 365 * 86_400_000),
@@ -222,6 +234,11 @@ pub fn parse_prom_duration(s: &str) -> Result<u64, String> {
     let mut i = 0;
     let mut last_unit = None::<usize>;
     let mut total_ms: u64 = 0;
+    let too_long = || {
+        format!(
+            "`{s}` is longer than 365 days (1y), the longest window Headroom accepts (Prometheus cannot represent durations past about 292 years, and a period past a year leaves every burn-rate tier dead); use e.g. 30d, 28d or 90d"
+        )
+    };
     while i < bytes.len() {
         let start = i;
         while i < bytes.len() && bytes[i].is_ascii_digit() {
@@ -230,7 +247,8 @@ pub fn parse_prom_duration(s: &str) -> Result<u64, String> {
         if i == start {
             return Err(expected());
         }
-        let n: u64 = s[start..i].parse().map_err(|_| expected())?;
+        // only digits here, so a failure is an overflow
+        let n: u64 = s[start..i].parse().map_err(|_| too_long())?;
         let ustart = i;
         while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
             i += 1;
@@ -247,7 +265,10 @@ pub fn parse_prom_duration(s: &str) -> Result<u64, String> {
         total_ms = n
             .checked_mul(UNITS[idx].1)
             .and_then(|v| total_ms.checked_add(v))
-            .ok_or_else(expected)?;
+            .ok_or_else(too_long)?;
+    }
+    if total_ms > MAX_PROM_DURATION_S * 1000 {
+        return Err(too_long());
     }
     if total_ms == 0 {
         return Err(format!("`{s}`: a window must be longer than zero"));
@@ -318,6 +339,23 @@ mod tests {
         assert_eq!(parse_prom_duration("4w"), Ok(2_419_200));
         for bad in ["", "1M", "30 days", "0d", "1.5h", "30m1h", "5mm", "d"] {
             assert!(parse_prom_duration(bad).is_err(), "{bad}");
+        }
+        // The bound: 365 d = 31 536 000 s is the longest; one second more is refused, and so
+        // is anything Prometheus itself could not parse (past 2^63 ns ≈ 292 y) or u64 overflows.
+        assert_eq!(parse_prom_duration("1y"), Ok(31_536_000));
+        assert_eq!(parse_prom_duration("365d"), Ok(31_536_000));
+        assert_eq!(parse_prom_duration("52w1d"), Ok(31_536_000));
+        for long in [
+            "1y1s",
+            "366d",
+            "53w",
+            "10y",
+            "300y",
+            "99999999999999999999d",
+            "18446744073709551615ms",
+        ] {
+            let e = parse_prom_duration(long).unwrap_err();
+            assert!(e.contains("longer than 365 days (1y)"), "{long}: {e}");
         }
         assert_eq!(fmt_prom_duration(180_000), "2d2h");
         assert_eq!(fmt_prom_duration(5400), "1h30m");

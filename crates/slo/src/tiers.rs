@@ -113,8 +113,8 @@ pub enum DeadTiers {
 /// Resolves `specs` against the SLO period `period` (from `budget.window`).
 ///
 /// # Errors
-/// `budget.window` when it is not a Prometheus duration or is shorter than a tier's long
-/// window; `tiers[i]` when a window does not parse, the short window is not shorter than the long
+/// `budget.window` when it is not a Prometheus duration, is longer than 365 days
+/// ([`crate::promql::MAX_PROM_DURATION_S`]) or is shorter than a tier's long window; `tiers[i]` when a window does not parse, the short window is not shorter than the long
 /// one, or the budget share is not in (0, 100].
 pub fn resolve(period: &str, specs: &[TierSpec]) -> Result<(u64, Vec<BurnTier>), SloError> {
     let period_s =

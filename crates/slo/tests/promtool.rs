@@ -131,6 +131,27 @@ fn generated_rules_pass_promtool_check() {
     );
 }
 
+/// The longest SLO period accepted (365 d, written three ways) still gives rules Prometheus
+/// parses; anything longer is refused before a rule is written (see tests/durations.rs).
+#[test]
+fn a_one_year_period_passes_promtool_check() {
+    let Some(pt) = promtool() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (i, w) in ["1y", "365d", "52w1d"].iter().enumerate() {
+        let f = slo(&format!(
+            "objectives:\n  chat: {{ttft: {{p95: 250ms}}, error_rate: 1%}}\nbudget: {{window: {w}, target: 99%}}\n"
+        ));
+        let r = headroom_slo::rules(&f, &RulesOptions::default()).unwrap();
+        let name = format!("year{i}.yaml");
+        std::fs::write(dir.path().join(&name), &r.text).unwrap();
+        files.push(name);
+    }
+    let mut args = vec!["check", "rules"];
+    args.extend(files.iter().map(String::as_str));
+    run(&pt, &args, dir.path());
+}
+
 /// Input series of one class: TTFT at 10 requests/s, all under 250 ms except during
 /// `[bad_from, bad_to)` minutes, when a share `r` of them is slower.
 fn ttft_series(out: &mut String, class: &str, r: f64, bad_from: u64, bad_to: u64, end: u64) {
