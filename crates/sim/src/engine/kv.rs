@@ -9,7 +9,13 @@
 //! - Usage = `1 − free/(num_blocks − 1)`: cached-but-unreferenced blocks count as free
 //!   (`BlockPool.get_usage`).
 //!
-//! All operations are O(blocks touched); no allocation after construction except hash-map growth.
+//! - Blocks never used yet are not materialised: the pool keeps a watermark `fresh`, and the
+//!   conceptual free queue is "every block from `fresh` up, in id order" followed by the explicit
+//!   LRU list (a freed block joins the tail, behind all fresh ones, exactly as in vLLM where all
+//!   blocks start in the queue in id order). Memory is O(blocks ever used), not O(pool size), so a
+//!   pool of a billion blocks costs nothing until a workload fills it.
+//!
+//! All operations are O(blocks touched).
 
 use std::collections::HashMap;
 
@@ -29,7 +35,10 @@ struct Block {
 /// The KV block pool. Block ids are `u32` indices; 0 is the null block.
 #[derive(Debug, Clone)]
 pub struct BlockPool {
+    /// Materialised blocks `0..fresh`; ids from `fresh` to `num_blocks − 1` were never used.
     blocks: Vec<Block>,
+    /// Blocks in the pool, null block included.
+    num_blocks: u32,
     head: u32,
     tail: u32,
     num_free: u32,
@@ -38,39 +47,36 @@ pub struct BlockPool {
 }
 
 impl BlockPool {
-    /// A pool of `num_blocks` blocks (including the null block); all usable blocks start free.
+    /// A pool of `num_blocks` blocks (including the null block; at least 2, at most `u32::MAX − 1`);
+    /// all usable blocks start free. Allocates nothing per block until blocks are used.
     pub fn new(num_blocks: u32, enable_prefix_caching: bool) -> BlockPool {
-        let n = num_blocks.max(2);
-        let mut blocks = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            blocks.push(Block {
-                ref_cnt: 0,
+        let n = num_blocks.clamp(2, NIL - 1);
+        BlockPool {
+            // The null block is permanently referenced.
+            blocks: vec![Block {
+                ref_cnt: 1,
                 hash: NO_HASH,
                 prev: NIL,
                 next: NIL,
                 in_free: false,
-            });
-            let _ = i;
-        }
-        let mut pool = BlockPool {
-            blocks,
+            }],
+            num_blocks: n,
             head: NIL,
             tail: NIL,
-            num_free: 0,
+            num_free: n - 1,
             cached: HashMap::new(),
             caching: enable_prefix_caching,
-        };
-        // The null block is permanently referenced.
-        pool.blocks[0].ref_cnt = 1;
-        for i in 1..n {
-            pool.push_tail(i);
         }
-        pool
+    }
+
+    /// Blocks materialised so far (the null block and every block ever allocated).
+    pub fn materialised(&self) -> usize {
+        self.blocks.len()
     }
 
     /// Usable blocks (`num_blocks − 1`).
     pub fn usable(&self) -> u32 {
-        self.blocks.len() as u32 - 1
+        self.num_blocks - 1
     }
 
     /// Free blocks, cached-but-unreferenced ones included.
@@ -173,6 +179,20 @@ impl BlockPool {
     /// The caller has checked `n ≤ num_free()`.
     pub fn allocate(&mut self, n: u32, out: &mut Vec<u32>) {
         for _ in 0..n {
+            // Fresh blocks sit ahead of every freed one in the conceptual queue.
+            let fresh = self.blocks.len() as u32;
+            if fresh < self.num_blocks {
+                self.blocks.push(Block {
+                    ref_cnt: 1,
+                    hash: NO_HASH,
+                    prev: NIL,
+                    next: NIL,
+                    in_free: false,
+                });
+                self.num_free -= 1;
+                out.push(fresh);
+                continue;
+            }
             let b = self.head;
             if b == NIL {
                 return;
@@ -192,7 +212,7 @@ impl BlockPool {
 
     /// Registers a full block under its chain hash (first writer wins, as a dict insert would).
     pub fn cache_block(&mut self, b: u32, hash: u64) {
-        if !self.caching || b == 0 {
+        if !self.caching || b == 0 || b as usize >= self.blocks.len() {
             return;
         }
         let h = if hash == NO_HASH { 1 } else { hash };
@@ -208,7 +228,7 @@ impl BlockPool {
     /// Releases a request's blocks, tail first; blocks reaching ref_cnt 0 join the LRU tail.
     pub fn free(&mut self, blocks: &[u32]) {
         for &b in blocks.iter().rev() {
-            if b == 0 {
+            if b == 0 || b as usize >= self.blocks.len() {
                 continue;
             }
             let blk = &mut self.blocks[b as usize];
@@ -291,5 +311,38 @@ mod tests {
         assert_eq!(p.count_evictable(&hit2), 3);
         p.touch(&hit2);
         assert_eq!(p.num_free(), 0);
+    }
+
+    #[test]
+    fn fresh_blocks_come_before_freed_ones_as_in_an_eager_queue() {
+        // Eager vLLM queue of a 6-block pool: [1, 2, 3, 4, 5]. Pop 1, 2, 3 → [4, 5]; free
+        // tail-first → [4, 5, 3, 2, 1]; pop three → 4, 5, 3.
+        let mut p = BlockPool::new(6, false);
+        let mut a = Vec::new();
+        p.allocate(3, &mut a);
+        assert_eq!(a, vec![1, 2, 3]);
+        p.free(&a);
+        assert_eq!(p.num_free(), 5);
+        let mut b = Vec::new();
+        p.allocate(3, &mut b);
+        assert_eq!(b, vec![4, 5, 3]);
+        assert_eq!(p.num_free(), 2);
+        let mut c = Vec::new();
+        p.allocate(5, &mut c);
+        assert_eq!(c, vec![2, 1], "only the two free blocks are handed out");
+        assert_eq!(p.num_free(), 0);
+    }
+
+    #[test]
+    fn a_huge_pool_costs_only_the_blocks_used() {
+        let mut p = BlockPool::new(u32::MAX, true);
+        assert_eq!(p.usable(), u32::MAX - 2, "u32::MAX is the list terminator");
+        assert_eq!(p.num_free(), u32::MAX - 2);
+        assert_eq!(p.materialised(), 1, "only the null block");
+        let mut a = Vec::new();
+        p.allocate(1000, &mut a);
+        assert_eq!(p.materialised(), 1001);
+        assert_eq!(p.num_free(), u32::MAX - 1002);
+        assert!(p.usage() > 0.0 && p.usage() < 1e-6);
     }
 }

@@ -210,13 +210,17 @@ impl Engine {
     ///
     /// # Errors
     /// [`ConfigError`] when the configuration is inconsistent (it is re-checked here because an
-    /// `EngineConfig` can be built by hand): fewer than 2 KV blocks, a KV pool smaller than one
+    /// `EngineConfig` can be built by hand): fewer than 2 or more than [`spec::MAX_GPU_BLOCKS`] KV blocks, a KV pool smaller than one
     /// `max_model_len` request, zero `max_num_seqs`, a negative `time_scale`.
     pub fn new(cfg: EngineConfig) -> Result<Engine, ConfigError> {
-        if cfg.num_gpu_blocks < 2 {
+        if !(2..=spec::MAX_GPU_BLOCKS).contains(&cfg.num_gpu_blocks) {
             return Err(ConfigError::new(
                 "num_gpu_blocks",
-                format!("expected at least 2 blocks, got {}", cfg.num_gpu_blocks),
+                format!(
+                    "expected 2 to {} blocks, got {}",
+                    spec::MAX_GPU_BLOCKS,
+                    cfg.num_gpu_blocks
+                ),
             ));
         }
         if cfg.block_size != spec::BLOCK_SIZE {

@@ -419,35 +419,89 @@ fn lookup<T: Clone>(
     ))
 }
 
+/// Accepted range of each numeric GPU preset field: `(field, value, lowest, highest, unit)`.
+///
+/// The bounds are generous (about 100× beyond today's largest parts: 288 GB of HBM, 8 TB/s,
+/// 2.5 PFLOP/s dense) so any real or planned GPU fits; they exist so that a typo or an extreme
+/// value in a custom preset is refused with the field's name instead of producing a KV pool of
+/// billions of blocks or a step that lasts for years.
+fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 22] {
+    [
+        (
+            "memory_mib",
+            g.memory_mib,
+            1024.0,
+            MAX_GPU_MEMORY_MIB,
+            "MiB",
+        ),
+        ("mem_bw_gbps", g.mem_bw_gbps, 1.0, 1.0e6, "GB/s"),
+        ("bf16_tflops", g.bf16_tflops, 0.1, 1.0e6, "TFLOP/s"),
+        ("tdp_w", g.tdp_w, 1.0, 1.0e5, "W"),
+        ("idle_w", g.idle_w, 0.0, 1.0e5, "W"),
+        ("mbu", g.mbu, 0.01, 1.0, "ratio"),
+        ("mfu", g.mfu, 0.01, 1.0, "ratio"),
+        ("boost_clock_mhz", g.boost_clock_mhz, 1.0, 1.0e5, "MHz"),
+        ("idle_clock_mhz", g.idle_clock_mhz, 0.0, 1.0e5, "MHz"),
+        ("mem_clock_mhz", g.mem_clock_mhz, 0.0, 1.0e5, "MHz"),
+        ("link_gbps", g.link_gbps, 0.1, 1.0e6, "GB/s"),
+        (
+            "allreduce_latency_us",
+            g.allreduce_latency_us,
+            0.0,
+            1.0e6,
+            "µs",
+        ),
+        ("t_step_ms", g.t_step_ms, 0.0, 1.0e3, "ms"),
+        ("t_layer_us", g.t_layer_us, 0.0, 1.0e5, "µs"),
+        ("t_seq_us", g.t_seq_us, 0.0, 1.0e5, "µs"),
+        ("frontend_in_ms", g.frontend_in_ms, 0.0, 1.0e5, "ms"),
+        (
+            "cuda_context_mib",
+            g.cuda_context_mib,
+            0.0,
+            MAX_GPU_MEMORY_MIB,
+            "MiB",
+        ),
+        (
+            "fb_reserved_mib",
+            g.fb_reserved_mib,
+            0.0,
+            MAX_GPU_MEMORY_MIB,
+            "MiB",
+        ),
+        ("ambient_c", g.ambient_c, -50.0, 100.0, "°C"),
+        (
+            "thermal_resistance_c_per_w",
+            g.thermal_resistance_c_per_w,
+            0.0,
+            10.0,
+            "°C/W",
+        ),
+        ("thermal_tau_s", g.thermal_tau_s, 0.01, 1.0e5, "s"),
+        ("slowdown_c", g.slowdown_c, -50.0, 200.0, "°C"),
+    ]
+}
+
+/// Largest `time_scale`: every modelled time 1000× slower than the real engine.
+pub const MAX_TIME_SCALE: f64 = 1000.0;
+
+/// Largest `memory_mib` a GPU preset may have: 16 TiB (today's largest GPU has 288 GB).
+pub const MAX_GPU_MEMORY_MIB: f64 = 16.0 * 1024.0 * 1024.0;
+
+/// Most KV blocks one engine may have (2^30 blocks = 17 G tokens of 16; a 0.5B model on a 141 GB
+/// H200 has about 700 k blocks). Block ids are `u32`, with `u32::MAX` reserved.
+pub const MAX_GPU_BLOCKS: u32 = 1 << 30;
+
 fn check_gpu(name: &str, g: &GpuPreset) -> Result<(), ConfigError> {
-    let positive = [
-        ("memory_mib", g.memory_mib),
-        ("mem_bw_gbps", g.mem_bw_gbps),
-        ("bf16_tflops", g.bf16_tflops),
-        ("tdp_w", g.tdp_w),
-        ("mbu", g.mbu),
-        ("mfu", g.mfu),
-        ("boost_clock_mhz", g.boost_clock_mhz),
-        ("link_gbps", g.link_gbps),
-        ("thermal_tau_s", g.thermal_tau_s),
-    ];
-    for (f, v) in positive {
-        if !(v.is_finite() && v > 0.0) {
+    for (f, v, lo, hi, unit) in gpu_ranges(g) {
+        if !(v.is_finite() && v >= lo && v <= hi) {
             return Err(ConfigError::new(
                 format!("gpu {name}: {f}"),
-                format!("expected a positive number, got {v}"),
+                format!("expected a number from {lo} to {hi} ({unit}), got {v}"),
             ));
         }
     }
-    for (f, v) in [("mbu", g.mbu), ("mfu", g.mfu)] {
-        if v > 1.0 {
-            return Err(ConfigError::new(
-                format!("gpu {name}: {f}"),
-                format!("expected a ratio in (0, 1], got {v}"),
-            ));
-        }
-    }
-    if !(g.idle_w >= 0.0 && g.idle_w < g.tdp_w) {
+    if g.idle_w >= g.tdp_w {
         return Err(ConfigError::new(
             format!("gpu {name}: idle_w"),
             format!(
@@ -456,53 +510,73 @@ fn check_gpu(name: &str, g: &GpuPreset) -> Result<(), ConfigError> {
             ),
         ));
     }
-    let nonneg = [
-        ("t_step_ms", g.t_step_ms),
-        ("t_layer_us", g.t_layer_us),
-        ("t_seq_us", g.t_seq_us),
-        ("frontend_in_ms", g.frontend_in_ms),
-        ("allreduce_latency_us", g.allreduce_latency_us),
-        ("cuda_context_mib", g.cuda_context_mib),
-        ("fb_reserved_mib", g.fb_reserved_mib),
-        ("thermal_resistance_c_per_w", g.thermal_resistance_c_per_w),
-        ("idle_clock_mhz", g.idle_clock_mhz),
-        ("mem_clock_mhz", g.mem_clock_mhz),
-    ];
-    for (f, v) in nonneg {
-        if !(v.is_finite() && v >= 0.0) {
-            return Err(ConfigError::new(
-                format!("gpu {name}: {f}"),
-                format!("expected a non-negative number, got {v}"),
-            ));
-        }
+    if g.idle_clock_mhz > g.boost_clock_mhz {
+        return Err(ConfigError::new(
+            format!("gpu {name}: idle_clock_mhz"),
+            format!(
+                "expected at most boost_clock_mhz ({}), got {}",
+                g.boost_clock_mhz, g.idle_clock_mhz
+            ),
+        ));
+    }
+    if g.slowdown_c <= g.ambient_c {
+        return Err(ConfigError::new(
+            format!("gpu {name}: slowdown_c"),
+            format!(
+                "expected a temperature above ambient_c ({} °C), got {}",
+                g.ambient_c, g.slowdown_c
+            ),
+        ));
+    }
+    if g.cuda_context_mib + g.fb_reserved_mib >= g.memory_mib {
+        return Err(ConfigError::new(
+            format!("gpu {name}: cuda_context_mib"),
+            format!(
+                "cuda_context_mib ({}) + fb_reserved_mib ({}) must be less than memory_mib ({})",
+                g.cuda_context_mib, g.fb_reserved_mib, g.memory_mib
+            ),
+        ));
     }
     if let Some(f8) = g.fp8_tflops
-        && !(f8.is_finite() && f8 > 0.0)
+        && !(f8.is_finite() && (0.1..=1.0e6).contains(&f8))
     {
         return Err(ConfigError::new(
             format!("gpu {name}: fp8_tflops"),
-            format!("expected a positive number or null, got {f8}"),
+            format!("expected a number from 0.1 to 1000000 (TFLOP/s) or null, got {f8}"),
         ));
     }
     Ok(())
 }
 
+/// Accepted range of each integer model preset field: `(field, value, lowest, highest)`.
+///
+/// As for [`gpu_ranges`], the bounds are far above any published model (Llama 3.1 405B: 126
+/// layers, d = 16384; the largest vocabularies ≈ 262 k; the longest contexts ≈ 10 M tokens).
+fn model_ranges(m: &ModelPreset) -> [(&'static str, u32, u32, u32); 8] {
+    [
+        ("num_layers", m.num_layers, 1, 10_000),
+        ("hidden_size", m.hidden_size, 1, 1 << 20),
+        ("num_heads", m.num_heads, 1, 1 << 16),
+        ("num_kv_heads", m.num_kv_heads, 1, 1 << 16),
+        ("head_dim", m.head_dim, 1, 1 << 16),
+        ("intermediate_size", m.intermediate_size, 1, 1 << 24),
+        ("vocab_size", m.vocab_size, 1, 1 << 24),
+        // The default max_model_len; vLLM needs room for one prompt and one output token.
+        (
+            "max_position_embeddings",
+            m.max_position_embeddings,
+            2,
+            1 << 28,
+        ),
+    ]
+}
+
 fn check_model(name: &str, m: &ModelPreset) -> Result<(), ConfigError> {
-    let ints = [
-        ("num_layers", m.num_layers),
-        ("hidden_size", m.hidden_size),
-        ("num_heads", m.num_heads),
-        ("num_kv_heads", m.num_kv_heads),
-        ("head_dim", m.head_dim),
-        ("intermediate_size", m.intermediate_size),
-        ("vocab_size", m.vocab_size),
-        ("max_position_embeddings", m.max_position_embeddings),
-    ];
-    for (f, v) in ints {
-        if v == 0 {
+    for (f, v, lo, hi) in model_ranges(m) {
+        if !(lo..=hi).contains(&v) {
             return Err(ConfigError::new(
                 format!("model {name}: {f}"),
-                "expected a positive integer, got 0",
+                format!("expected a whole number from {lo} to {hi}, got {v}"),
             ));
         }
     }
@@ -515,13 +589,25 @@ fn check_model(name: &str, m: &ModelPreset) -> Result<(), ConfigError> {
             ),
         ));
     }
-    if !(m.params_non_embedding.is_finite()
-        && m.params_non_embedding > 0.0
-        && m.params_total >= m.params_non_embedding)
-    {
+    // 1e15 parameters: 2 PB of bf16 weights, three orders of magnitude above any published model.
+    for (f, v) in [
+        ("params_total", m.params_total),
+        ("params_non_embedding", m.params_non_embedding),
+    ] {
+        if !(v.is_finite() && v > 0.0 && v <= 1.0e15) {
+            return Err(ConfigError::new(
+                format!("model {name}: {f}"),
+                format!("expected a parameter count above 0 and at most 1e15, got {v}"),
+            ));
+        }
+    }
+    if m.params_total < m.params_non_embedding {
         return Err(ConfigError::new(
             format!("model {name}: params_total"),
-            "expected 0 < params_non_embedding ≤ params_total",
+            format!(
+                "expected at least params_non_embedding ({}), got {}",
+                m.params_non_embedding, m.params_total
+            ),
         ));
     }
     Ok(())
@@ -590,11 +676,11 @@ impl SimSpec {
                 format!("expected a ratio in (0, 1], got {util}"),
             ));
         }
-        if !(self.time_scale.is_finite() && self.time_scale >= 0.0) {
+        if !(self.time_scale.is_finite() && (0.0..=MAX_TIME_SCALE).contains(&self.time_scale)) {
             return Err(ConfigError::new(
                 "time_scale",
                 format!(
-                    "expected a non-negative number (1.0 real time, 0.0 zero latency), got {}",
+                    "expected a number from 0 to {MAX_TIME_SCALE} (1.0 real time, 0.0 zero latency), got {}",
                     self.time_scale
                 ),
             ));
@@ -684,12 +770,30 @@ impl SimSpec {
             + f64::from(max_num_seqs) * v * 4.0 * 2.0;
         let available = total * util - weight_bytes_per_gpu - non_kv;
 
+        // simulator.md §3.4 / vLLM `kv_cache_utils.get_num_blocks`: floor(available / block).
         let (num_gpu_blocks, overridden) = match self.num_gpu_blocks_override {
             Some(n) => {
                 if n < 2 {
                     return Err(ConfigError::new(
                         "num_gpu_blocks_override",
                         format!("expected at least 2 blocks (one is vLLM's null block), got {n}"),
+                    ));
+                }
+                // vLLM takes the override as given and allocates it: a pool the GPU cannot hold
+                // fails there with CUDA out of memory. The twin refuses it up front.
+                let physical = total - gpu.cuda_context_mib * MIB - weight_bytes_per_gpu;
+                let max_blocks = (physical / block_bytes)
+                    .floor()
+                    .clamp(0.0, f64::from(MAX_GPU_BLOCKS));
+                if f64::from(n) > max_blocks {
+                    return Err(ConfigError::new(
+                        "num_gpu_blocks_override",
+                        format!(
+                            "{n} blocks of {model_name} need {:.2} GiB of KV cache per GPU, but {} has only {:.2} GiB left after the CUDA context and the weights (vLLM would fail with CUDA out of memory); expected at most {max_blocks:.0} blocks",
+                            f64::from(n) * block_bytes / GIB,
+                            gpu.display_name,
+                            physical.max(0.0) / GIB
+                        ),
                     ));
                 }
                 (n, true)
@@ -699,7 +803,7 @@ impl SimSpec {
                     return Err(ConfigError::new(
                         "model",
                         format!(
-                            "{model_name} in {} does not fit on {} × {} at gpu_memory_utilization {util}: weights {:.2} GiB + non-KV {:.2} GiB per GPU > budget {:.2} GiB; try fp8/int4, a larger tensor_parallel, or a larger GPU",
+                            "{model_name} in {} does not fit on {} × {} at gpu_memory_utilization {util}: weights {:.2} GiB + non-KV {:.2} GiB (activations for max_num_batched_tokens {max_num_batched_tokens}, sampler logits for max_num_seqs {max_num_seqs}) per GPU > budget {:.2} GiB; try fp8/int4, a larger tensor_parallel, a larger GPU or smaller batch limits",
                             dtype.as_str(),
                             tp,
                             gpu.display_name,
@@ -710,20 +814,57 @@ impl SimSpec {
                     ));
                 }
                 let n = (available / block_bytes).floor();
-                (n.min(f64::from(u32::MAX)) as u32, false)
+                // Block 0 is vLLM's null block: fewer than 2 leaves nothing to store a token in.
+                if n < 2.0 {
+                    return Err(ConfigError::new(
+                        "gpu_memory_utilization",
+                        format!(
+                            "No available memory for the cache blocks: one KV block of {model_name} ({BLOCK_SIZE} tokens) needs {:.3} GiB per GPU, but only {:.3} GiB per GPU is left for the KV cache on {} at gpu_memory_utilization {util}; try increasing `gpu_memory_utilization`, a larger tensor_parallel or GPU, or check the model's num_layers, num_kv_heads and head_dim",
+                            block_bytes / GIB,
+                            available / GIB,
+                            gpu.display_name
+                        ),
+                    ));
+                }
+                if n > f64::from(MAX_GPU_BLOCKS) {
+                    return Err(ConfigError::new(
+                        "gpu_memory_utilization",
+                        format!(
+                            "the KV cache of {model_name} on {} at gpu_memory_utilization {util} would have {n:.0} blocks, more than the twin supports ({MAX_GPU_BLOCKS}); lower gpu_memory_utilization or set num_gpu_blocks_override",
+                            gpu.display_name
+                        ),
+                    ));
+                }
+                (n as u32, false)
             }
         };
-        let usable_tokens = u64::from(num_gpu_blocks - 1) * u64::from(BLOCK_SIZE);
+        // `num_gpu_blocks ≥ 2` on both paths above.
+        let usable_blocks = num_gpu_blocks.saturating_sub(1);
+        let usable_tokens = u64::from(usable_blocks) * u64::from(BLOCK_SIZE);
         if usable_tokens < u64::from(max_model_len) {
-            let field = if overridden {
-                "num_gpu_blocks_override"
+            // vLLM `check_enough_kv_cache_memory`: needed = cdiv(max_model_len, block) blocks.
+            let needed_blocks = u64::from(max_model_len).div_ceil(u64::from(BLOCK_SIZE));
+            let needed_gib = needed_blocks as f64 * block_bytes / GIB;
+            let available_gib = f64::from(usable_blocks) * block_bytes / GIB;
+            let (field, hint) = if overridden {
+                (
+                    "num_gpu_blocks_override",
+                    format!(
+                        "raise num_gpu_blocks_override to at least {} or decrease `max_model_len`",
+                        needed_blocks + 1
+                    ),
+                )
             } else {
-                "max_model_len"
+                (
+                    "max_model_len",
+                    "try increasing `gpu_memory_utilization` or decreasing `max_model_len`"
+                        .to_string(),
+                )
             };
             return Err(ConfigError::new(
                 field,
                 format!(
-                    "the model's max seq len ({max_model_len}) is larger than the maximum number of tokens that can be stored in KV cache ({usable_tokens}); lower max_model_len or give the KV cache more memory"
+                    "To serve at least one request with the model's max seq len ({max_model_len}), {needed_gib:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({available_gib:.2} GiB, {usable_tokens} tokens). Based on the available memory, the estimated maximum model length is {usable_tokens}; {hint}"
                 ),
             ));
         }
