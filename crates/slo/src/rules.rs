@@ -1,7 +1,8 @@
 //! `headroom slo rules`: a Prometheus rule file with recording rules and multi-window,
 //! multi-burn-rate alerts for every objective of every request class.
 //!
-//! One group per class (`headroom-slo-<class>`; recording rules first, so the alerts of the same
+//! One group per class (`headroom-slo-<class>`, unique even when class names differ only in
+//! characters a group name leaves out; recording rules first, so the alerts of the same
 //! evaluation read fresh values), holding:
 //! - `headroom:slo_errors_per_event:ratio_rate<W>{slo_class, slo_objective}` for every tier
 //!   window and the SLO period: the error ratio over `W` (a true ratio of rates, not an average of
@@ -177,7 +178,9 @@ pub fn rule_file(slo: &SloFile, opts: &RulesOptions) -> Result<(RuleFile, Vec<St
     windows.dedup_by(|a, b| a.1 == b.1);
 
     let mut groups: Vec<RuleGroup> = Vec::new();
-    for class in sli::classes(slo, &opts.sli)? {
+    let classes = sli::classes(slo, &opts.sli)?;
+    let names = group_names(&classes);
+    for (class, group_name) in classes.into_iter().zip(names) {
         let mut rules = Vec::new();
         let class_slis: Vec<&Sli> = slis.iter().filter(|s| s.class == class).collect();
         for s in &class_slis {
@@ -232,7 +235,7 @@ pub fn rule_file(slo: &SloFile, opts: &RulesOptions) -> Result<(RuleFile, Vec<St
             }
         }
         groups.push(RuleGroup {
-            name: format!("headroom-slo-{}", group_suffix(&class)),
+            name: group_name,
             rules,
         });
     }
@@ -265,20 +268,58 @@ pub fn rules(slo: &SloFile, opts: &RulesOptions) -> Result<Rendered, SloError> {
     Ok(r)
 }
 
-fn group_suffix(class: &str) -> String {
-    if class == "*" {
-        return "default".into();
-    }
-    class
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
-                c
+/// Rule group names, one per class, unique (Prometheus refuses a file with two groups of one
+/// name) and each a function of its own class only, so adding a class never renames another
+/// class's group (which would reset its alerts' pending state).
+///
+/// `headroom-slo-<class>` when the class is already made of ASCII letters, digits, `-`, `_` and
+/// `.`; otherwise the other characters become `_` and the FNV-1a hash of the class name is
+/// appended (`"chat bot"` → `headroom-slo-chat_bot-<8 hex>`), so classes that only differ in
+/// those characters (`chat bot`, `chat/bot`) stay apart. The default class `"*"` is
+/// `headroom-slo-default`, and a class literally named `default` gets the hash too. Should two
+/// names still meet (a class written as another's hashed form), the later one in class order
+/// gets `-2`, `-3`, ….
+fn group_names(classes: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(classes.len());
+    for class in classes {
+        let base = if class == "*" {
+            "headroom-slo-default".to_owned()
+        } else {
+            let clean: String = class
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            if clean == *class && clean != "default" && !clean.is_empty() {
+                format!("headroom-slo-{clean}")
             } else {
-                '_'
+                format!("headroom-slo-{clean}-{:08x}", fnv1a(class.as_bytes()))
             }
-        })
-        .collect()
+        };
+        let mut name = base.clone();
+        let mut n = 2;
+        while out.contains(&name) {
+            name = format!("{base}-{n}");
+            n += 1;
+        }
+        out.push(name);
+    }
+    out
+}
+
+/// 32-bit FNV-1a (Fowler–Noll–Vo): a stable, dependency-free hash for name suffixes.
+fn fnv1a(bytes: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in bytes {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
 }
 
 fn with_labels(
@@ -620,6 +661,48 @@ mod tests {
         for vram in ["DCGM_FI_DEV_FB_USED", "FB_FREE", "gpu_memory", "GPU_UTIL"] {
             assert!(!r.text.contains(vram), "{vram}");
         }
+    }
+
+    #[test]
+    fn group_names_are_unique_and_stable_per_class() {
+        // FNV-1a 32 reference vectors (offset basis 0x811c9dc5, prime 0x01000193): "a" is
+        // 0xe40c292c; "chat bot" computed independently in Python is 0x0ff8c2d2.
+        assert_eq!(fnv1a(b"a"), 0xe40c_292c);
+        assert_eq!(fnv1a(b"chat bot"), 0x0ff8_c2d2);
+        assert_eq!(fnv1a(b""), 0x811c_9dc5);
+        let classes: Vec<String> = [
+            "chat bot", "chat_bot", "chat-bot", "chat/bot", "default", "*",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let names = group_names(&classes);
+        assert_eq!(names[1], "headroom-slo-chat_bot");
+        assert_eq!(names[2], "headroom-slo-chat-bot");
+        assert_eq!(names[5], "headroom-slo-default");
+        assert_eq!(names[0], "headroom-slo-chat_bot-0ff8c2d2");
+        assert_eq!(
+            names[3],
+            format!("headroom-slo-chat_bot-{:08x}", fnv1a(b"chat/bot"))
+        );
+        assert_eq!(
+            names[4],
+            format!("headroom-slo-default-{:08x}", fnv1a(b"default"))
+        );
+        let mut uniq = names.clone();
+        uniq.sort();
+        uniq.dedup();
+        assert_eq!(uniq.len(), names.len(), "{names:?}");
+        // Each name depends on its own class only: dropping the others changes nothing.
+        assert_eq!(group_names(&classes[..1].to_vec()), names[..1].to_vec());
+        // A class spelled as another's hashed form still gets a name of its own.
+        let tricky = vec![
+            names[0].trim_start_matches("headroom-slo-").to_string(),
+            "chat bot".to_string(),
+        ];
+        let t = group_names(&tricky);
+        assert_eq!(t[0], names[0]);
+        assert_eq!(t[1], format!("{}-2", names[0]));
     }
 
     #[test]

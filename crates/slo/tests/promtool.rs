@@ -131,6 +131,27 @@ fn generated_rules_pass_promtool_check() {
     );
 }
 
+/// Classes whose names differ only in characters a group name leaves out (`chat bot`,
+/// `chat_bot`, `chat/bot`), or that spell the default class's group (`default` next to `"*"`),
+/// get distinct rule groups: promtool refuses a file with two groups of one name.
+#[test]
+fn colliding_class_names_give_distinct_groups_that_pass_promtool() {
+    let Some(pt) = promtool() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let f = slo(
+        "objectives:\n  \"*\": {error_rate: 1%}\n  \"chat bot\": {ttft: {p95: 250ms}}\n  chat_bot: {ttft: {p95: 250ms}}\n  chat-bot: {ttft: {p95: 250ms}}\n  \"chat/bot\": {ttft: {p95: 250ms}}\n  default: {ttft: {p95: 250ms}}\n",
+    );
+    let (file, _) = rule_file(&f, &RulesOptions::default()).unwrap();
+    let mut names: Vec<&str> = file.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names.len(), 6);
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 6, "{names:?}");
+    let r = headroom_slo::rules(&f, &RulesOptions::default()).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), &r.text).unwrap();
+    run(&pt, &["check", "rules", "rules.yaml"], dir.path());
+}
+
 /// The longest SLO period accepted (365 d, written three ways) still gives rules Prometheus
 /// parses; anything longer is refused before a rule is written (see tests/durations.rs).
 #[test]
