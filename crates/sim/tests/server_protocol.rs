@@ -8,6 +8,8 @@ fn ctx(len: u32) -> ValidationContext {
     ValidationContext {
         served_model_names: vec!["tiny".to_string()],
         max_model_len: len,
+        // Qwen2.5's vocabulary.
+        vocab_size: 151_936,
     }
 }
 
@@ -312,4 +314,70 @@ fn natural_stop_is_uniform_over_the_budget() {
         natural_output_len(3, 17, 0, 500),
         natural_output_len(3, 17, 0, 500)
     );
+}
+
+#[test]
+fn prompt_token_ids_outside_the_vocabulary_are_refused_as_vllm_does() {
+    // vLLM `InputProcessor._validate_model_input`: `max(prompt_ids) > vocab_size − 1` →
+    // VLLMValidationError("Token id {max} is out of vocabulary"): 400 BadRequestError, no param.
+    let c = ctx(4096); // vocab 151 936: ids 0 ..= 151 935
+    let cases = [
+        (
+            r#"{"prompt":[4294967295,999999999],"max_tokens":2}"#,
+            4_294_967_295_u64,
+        ),
+        (r#"{"prompt":[1,2,151936],"max_tokens":2}"#, 151_936),
+        (r#"{"prompt":[[5,200000,151937]],"max_tokens":2}"#, 200_000),
+        (r#"{"prompt":[151936]}"#, 151_936),
+    ];
+    for (body, max_id) in cases {
+        let e = parse_and_validate(Endpoint::Completions, body.as_bytes(), &c).unwrap_err();
+        assert_eq!(
+            json(&e),
+            serde_json::json!({"error": {
+                "message": format!("Token id {max_id} is out of vocabulary"),
+                "type": "BadRequestError",
+                "param": null,
+                "code": 400
+            }}),
+            "{body}"
+        );
+    }
+    // The last id of the vocabulary is fine, in both list shapes.
+    for body in [
+        r#"{"prompt":[0,151935],"max_tokens":2}"#,
+        r#"{"prompt":[[151935]],"max_tokens":2}"#,
+    ] {
+        let r = parse_and_validate(Endpoint::Completions, body.as_bytes(), &c).unwrap();
+        assert_eq!(r.prompt_tokens.last(), Some(&151_935), "{body}");
+    }
+    // A small vocabulary: text is tokenised in-vocabulary by the server, never refused; ids are.
+    let small = ValidationContext {
+        vocab_size: 1000,
+        ..ctx(4096)
+    };
+    let r = parse_and_validate(
+        Endpoint::Completions,
+        br#"{"prompt":"zebra quantum","max_tokens":2}"#,
+        &small,
+    );
+    assert!(r.is_ok(), "{r:?}");
+    let e = parse_and_validate(
+        Endpoint::Completions,
+        br#"{"prompt":[999,1000],"max_tokens":2}"#,
+        &small,
+    )
+    .unwrap_err();
+    assert_eq!(e.message, "Token id 1000 is out of vocabulary");
+    // The serving layer's length check comes first, as in vLLM.
+    let e = parse_and_validate(
+        Endpoint::Completions,
+        br#"{"prompt":[5000,5000,5000],"max_tokens":2}"#,
+        &ValidationContext {
+            vocab_size: 1000,
+            ..ctx(4)
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("max_tokens"), "{e:?}");
 }

@@ -24,6 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let ctx = ValidationContext {
         served_model_names: vec!["tiny".to_string()],
         max_model_len: 1 + u32::from(head >> 1) * 16,
+        vocab_size: 151_936,
     };
     match parse_and_validate(endpoint, body, &ctx) {
         Ok(r) => {

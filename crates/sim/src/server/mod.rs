@@ -193,6 +193,7 @@ pub async fn serve(cfg: ServerConfig) -> anyhow::Result<ServerHandle> {
         ctx: ValidationContext {
             served_model_names: vec![ecfg.served_model_name.clone()],
             max_model_len: ecfg.max_model_len,
+            vocab_size: ecfg.model.vocab_size,
         },
         table: Arc::new(render::FillerTable::new(
             ecfg.max_model_len.min(1 << 16),

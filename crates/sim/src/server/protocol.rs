@@ -19,7 +19,8 @@
 //! Checks, in vLLM's order: body is a JSON object with the right field types (400
 //! `"Bad Request"`); `stream_options` only with `stream=true`; `n == 1`; `model` is served (404);
 //! `max_tokens ≤ max_model_len`; the prompt is not empty; `prompt_len ≤ max_model_len`;
-//! `prompt_len + max_tokens ≤ max_model_len`; `min_tokens ≤ max_tokens`. Without `max_tokens`
+//! `prompt_len + max_tokens ≤ max_model_len`; `min_tokens ≤ max_tokens`; prompt token ids below
+//! the model's `vocab_size` (400 `"Token id N is out of vocabulary"`, N the largest). Without `max_tokens`
 //! vLLM uses `max_model_len − prompt_len`.
 //!
 //! Prompt tokens come from [`crate::tokenize`] (one token per whitespace-separated word). Chat
@@ -47,6 +48,9 @@ pub struct ValidationContext {
     pub served_model_names: Vec<String>,
     /// Context window in tokens (`--max-model-len`).
     pub max_model_len: u32,
+    /// The model's vocabulary size (`vocab_size` of its `config.json`): prompt token ids must be
+    /// below it.
+    pub vocab_size: u32,
 }
 
 /// A request that passed validation: everything the HTTP layer and the engine need.
@@ -112,6 +116,7 @@ pub fn parse_and_validate(
     let mut f = Fields {
         obj: &obj,
         issues: &mut issues,
+        ids_given: false,
     };
 
     let model = f.opt_string("model");
@@ -142,6 +147,7 @@ pub fn parse_and_validate(
         Endpoint::Completions => f.prompt(),
         Endpoint::ChatCompletions => f.messages(),
     };
+    let ids_given = f.ids_given;
     if !issues.is_empty() {
         return Err(ApiError::validation(&issues));
     }
@@ -271,6 +277,16 @@ pub fn parse_and_validate(
         }
         Some(v) => v as u32,
     };
+    // vLLM `InputProcessor._validate_model_input`, after the serving layer's checks: the largest
+    // prompt id must be below the vocabulary. Text is tokenised in-vocabulary by construction.
+    if ids_given
+        && let Some(&max_id) = prompt_tokens.iter().max()
+        && max_id >= ctx.vocab_size
+    {
+        return Err(ApiError::bad_request(format!(
+            "Token id {max_id} is out of vocabulary"
+        )));
+    }
     let stream = stream.unwrap_or(false);
     Ok(ParsedRequest {
         endpoint,
@@ -291,6 +307,8 @@ pub fn parse_and_validate(
 struct Fields<'a> {
     obj: &'a Map<String, Value>,
     issues: &'a mut Vec<ValidationIssue>,
+    /// The prompt came as token ids (checked against the vocabulary), not text.
+    ids_given: bool,
 }
 
 impl Fields<'_> {
@@ -462,6 +480,7 @@ impl Fields<'_> {
     }
 
     fn token_ids(&mut self, ids: &[Value], loc: &[&str]) -> Option<Vec<u32>> {
+        self.ids_given = true;
         let mut out = Vec::with_capacity(ids.len());
         for (i, id) in ids.iter().enumerate() {
             match id.as_u64().and_then(|x| u32::try_from(x).ok()) {
