@@ -694,7 +694,7 @@ mod tests {
         uniq.dedup();
         assert_eq!(uniq.len(), names.len(), "{names:?}");
         // Each name depends on its own class only: dropping the others changes nothing.
-        assert_eq!(group_names(&classes[..1].to_vec()), names[..1].to_vec());
+        assert_eq!(group_names(&classes[..1]), names[..1].to_vec());
         // A class spelled as another's hashed form still gets a name of its own.
         let tricky = vec![
             names[0].trim_start_matches("headroom-slo-").to_string(),
