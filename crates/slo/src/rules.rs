@@ -341,12 +341,44 @@ fn sel_of(s: &Sli) -> String {
     )
 }
 
+/// `class chat` (or `default class`), as template text that prints literally.
 fn class_desc(class: &str) -> String {
     if class == "*" {
         "default class".into()
     } else {
-        format!("class {class}")
+        format!("class {}", template_literal(class))
     }
+}
+
+/// `text` as Go-template text that Prometheus prints literally in an alert's labels and
+/// annotations (both are expanded as Go templates, `text/template`).
+///
+/// Text without `{{` or `}}` is returned as it is. Otherwise the whole text becomes one action
+/// printing a Go string constant, `{{ "…" }}`, with `\`, `"` and control characters escaped
+/// as Go's interpreted string literals require (`\n`, `\t`, `\xNN`); inside the quotes
+/// neither `{{` nor `}}` ends the action. A class named `{{ $labels.x }}` thus prints as
+/// written instead of a label's value, and `{{ broken` no longer makes the rule file invalid.
+pub fn template_literal(text: &str) -> String {
+    if !text.contains("{{") && !text.contains("}}") {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str("{{ \"");
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push_str("\" }}");
+    out
 }
 
 fn burn_alert(
@@ -393,7 +425,7 @@ fn burn_alert(
             ("short", t.spec.short.clone()),
             ("burn_factor", fmt_float(t.factor)),
             ("exhaustion", t.exhaustion(period_s)),
-            ("slo_class", s.class.clone()),
+            ("slo_class", template_literal(&s.class)),
             ("slo_objective", s.objective.id()),
         ],
     );
@@ -415,7 +447,7 @@ fn burn_alert(
             "Error ratio over {} is {{{{ $value | humanizePercentage }}}} against a budget of {} ({}). At this rate the {} budget is gone in {}. {}",
             t.spec.long,
             fmt_float(s.budget),
-            s.field,
+            template_literal(&s.field),
             fmt_prom(period_s),
             t.exhaustion(period_s),
             first_look(&s.objective)
@@ -512,7 +544,7 @@ fn queue_alert(slo: &SloFile, class: &str, q: &QueueAlert, opts: &RulesOptions) 
             &opts.labels,
             &[
                 ("severity", "ticket".into()),
-                ("slo_class", class.to_string()),
+                ("slo_class", template_literal(class)),
             ],
         ),
         annotations: ann,
@@ -539,13 +571,14 @@ fn absent_alert(s: &Sli, for_: &str, opts: &RulesOptions) -> Rule {
             "{}: no series for {} ({}); its burn-rate alerts cannot fire",
             class_desc(&s.class),
             s.objective.describe(),
-            s.field
+            template_literal(&s.field)
         ),
     );
     ann.insert(
         "description".into(),
         format!(
-            "absent({series}) for {for_}: the target is not scraped, the class selector matches nothing, or the bucket bound does not exist in this vLLM version."
+            "absent({}) for {for_}: the target is not scraped, the class selector matches nothing, or the bucket bound does not exist in this vLLM version.",
+            template_literal(&series)
         ),
     );
     Rule::Alert {
@@ -556,7 +589,7 @@ fn absent_alert(s: &Sli, for_: &str, opts: &RulesOptions) -> Rule {
             &opts.labels,
             &[
                 ("severity", "ticket".into()),
-                ("slo_class", s.class.clone()),
+                ("slo_class", template_literal(&s.class)),
                 ("slo_objective", s.objective.id()),
             ],
         ),
@@ -660,6 +693,21 @@ mod tests {
         assert!(r.text.contains("(sum(rate(vllm:request_queue_time_seconds_count{model_name=\"chat\"}[5m])) > 0)\n      ) > 0.3"), "{}", r.text);
         for vram in ["DCGM_FI_DEV_FB_USED", "FB_FREE", "gpu_memory", "GPU_UTIL"] {
             assert!(!r.text.contains(vram), "{vram}");
+        }
+    }
+
+    #[test]
+    fn template_text_is_escaped_only_when_it_holds_delimiters() {
+        // Go interpreted string literals (go.dev/ref/spec#String_literals): \\ \" \n \t \xNN.
+        for (text, want) in [
+            ("chat", "chat"),
+            ("a{b}c", "a{b}c"),
+            ("{{ broken", "{{ \"{{ broken\" }}"),
+            ("x }}", "{{ \"x }}\" }}"),
+            ("{{ $labels.x }}", "{{ \"{{ $labels.x }}\" }}"),
+            ("q\"{{\\\n\t\u{1}é", "{{ \"q\\\"{{\\\\\\n\\t\\x01é\" }}"),
+        ] {
+            assert_eq!(template_literal(text), want, "{text}");
         }
     }
 

@@ -152,6 +152,74 @@ fn colliding_class_names_give_distinct_groups_that_pass_promtool() {
     run(&pt, &["check", "rules", "rules.yaml"], dir.path());
 }
 
+/// Alert labels and annotations are Go templates. Class names that look like templates
+/// (`{{ $labels.model_name }}`), that break one (`{{ broken`) or that hold quotes, backslashes and
+/// `}}` print literally: promtool accepts the file, and in the fired missing-series alert the
+/// summary, the description and the `slo_class` label carry the class exactly as written.
+#[test]
+fn template_like_class_names_print_literally_in_fired_alerts() {
+    let Some(pt) = promtool() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let classes = ["{{ broken", "{{ $labels.model_name }}", "say \"hi\" \\ }}"];
+    let mut text = String::from("objectives:\n");
+    for c in classes {
+        // YAML double-quoted keys: escape `\` and `"` as YAML requires
+        let k = c.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(text, "  \"{k}\": {{ttft: {{p95: 250ms}}}}");
+    }
+    let f = slo(&text);
+    let opts = RulesOptions {
+        absent_for: Some("1m".into()),
+        queue_alert: None,
+        ..Default::default()
+    };
+    let r = headroom_slo::rules(&f, &opts).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), &r.text).unwrap();
+    run(&pt, &["check", "rules", "rules.yaml"], dir.path());
+    // No input series: every SLI series is absent, so each class's alert fires after 1m.
+    let mut alerts = Vec::new();
+    for c in classes {
+        // the PromQL string literal of the class, written by hand: `"` and `\` escaped
+        let q = match c {
+            "{{ broken" => r#""{{ broken""#,
+            "{{ $labels.model_name }}" => r#""{{ $labels.model_name }}""#,
+            _ => r#""say \"hi\" \\ }}""#,
+        };
+        alerts.push(serde_json::json!({
+            "exp_labels": {
+                "severity": "ticket",
+                "slo_class": c,
+                "slo_objective": "ttft_p95",
+                "model_name": c,
+                "le": "0.25",
+            },
+            "exp_annotations": {
+                "summary": format!(
+                    "class {c}: no series for TTFT p95 < 250 ms (objectives.{c}.ttft.p95); its burn-rate alerts cannot fire"
+                ),
+                "description": format!(
+                    "absent(vllm:time_to_first_token_seconds_bucket{{model_name={q},le=\"0.25\"}}) for 1m: the target is not scraped, the class selector matches nothing, or the bucket bound does not exist in this vLLM version."
+                ),
+            },
+        }));
+    }
+    let test = serde_json::json!({
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [],
+            "alert_rule_test": [{
+                "eval_time": "5m",
+                "alertname": "HeadroomSLIAbsent",
+                "exp_alerts": alerts,
+            }],
+        }],
+    });
+    std::fs::write(dir.path().join("test.yaml"), test.to_string()).unwrap();
+    run(&pt, &["test", "rules", "test.yaml"], dir.path());
+}
+
 /// The longest SLO period accepted (365 d, written three ways) still gives rules Prometheus
 /// parses; anything longer is refused before a rule is written (see tests/durations.rs).
 #[test]
