@@ -7,8 +7,10 @@
 //! - **TTFT**: every request whose first content chunk arrived, whatever its outcome (a request
 //!   that failed after its first token still had a real TTFT). Requests that ended *without* a
 //!   first content chunk and without a server outcome (cancelled, timed out, transport) are counted
-//!   in `ttft_censored`: their TTFT is at least their age, so a percentile is only trustworthy when
-//!   the censored share is below `1 − p`.
+//!   in `ttft_censored`, and their ages in `ttft_censored_age`: their TTFT is at least their age,
+//!   so one whose age exceeds a TTFT threshold counts above it (an overloaded server whose
+//!   requests never reach their first token fails its TTFT objective instead of leaving it
+//!   without samples).
 //! - **ITL**: every gap between consecutive content chunks of every request (vLLM bench's
 //!   per-chunk definition, see [`headroom_core::signal`]).
 //! - **TPOT** and **E2E**: successful requests only (`stop`, `length`), as vLLM bench does.
@@ -95,6 +97,10 @@ pub struct ClassRecording {
     pub outcomes: BTreeMap<Outcome, u64>,
     /// Requests that ended without a first content chunk and without a server outcome.
     pub ttft_censored: u64,
+    /// Ages of those requests when they ended (ns): each one's TTFT is longer than its age, so
+    /// one whose age already exceeds a TTFT threshold is known to be above it.
+    #[serde(with = "hist_b64", default = "new_histogram")]
+    pub ttft_censored_age: Histogram<u64>,
     /// Token sums over requests with usage.
     pub tokens: TokenCounts,
     /// Content chunks received.
@@ -122,6 +128,7 @@ impl ClassRecording {
             queue_time: new_histogram(),
             outcomes: BTreeMap::new(),
             ttft_censored: 0,
+            ttft_censored_age: new_histogram(),
             tokens: TokenCounts::default(),
             content_chunks: 0,
             sse_events: 0,
@@ -146,6 +153,7 @@ impl ClassRecording {
             ) =>
             {
                 self.ttft_censored += 1;
+                self.ttft_censored_age.saturating_record(t.end_ns);
             }
             None => {}
         }
@@ -195,6 +203,7 @@ impl ClassRecording {
             (&mut self.e2e, &other.e2e),
             (&mut self.send_lag, &other.send_lag),
             (&mut self.queue_time, &other.queue_time),
+            (&mut self.ttft_censored_age, &other.ttft_censored_age),
         ] {
             a.add(b)
                 .map_err(|e| RecordingError::Histogram(format!("{e:?}")))?;

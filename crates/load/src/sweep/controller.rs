@@ -520,7 +520,9 @@ pub(crate) fn client_objectives(
                 if per_request || !is_server_only(o) {
                     return true;
                 }
-                if let Some(r) = queue_bound_by_ttft(o, &c.ttft, final_window) {
+                if let Some(r) =
+                    queue_bound_by_ttft(o, &c.ttft, Some(&c.ttft_censored_age), final_window)
+                {
                     bounded.push(r);
                 }
                 false
@@ -537,6 +539,7 @@ pub(crate) fn client_objectives(
         let ev = ClientEvidence {
             latency: &lat,
             outcomes,
+            ttft_censored: Some(&c.ttft_censored_age),
         };
         for mut r in evaluate(&client_objs, &ev, final_window)
             .into_iter()
@@ -603,6 +606,7 @@ fn early_stop_check(
 fn queue_bound_by_ttft(
     o: &Objective,
     ttft: &hdrhistogram::Histogram<u64>,
+    ttft_censored: Option<&hdrhistogram::Histogram<u64>>,
     final_window: bool,
 ) -> Option<ObjectiveResult> {
     let Objective::Latency {
@@ -621,9 +625,12 @@ fn queue_bound_by_ttft(
     let mut lat = BTreeMap::new();
     lat.insert(LatencySignal::Ttft, ttft.clone());
     let none = BTreeMap::new();
+    // Requests with no first token after more than the threshold make the bound fail, as
+    // they should: their queue time is unknown.
     let ev = ClientEvidence {
         latency: &lat,
         outcomes: &none,
+        ttft_censored,
     };
     let r = evaluate(&[proxy], &ev, final_window).pop()?;
     (r.verdict == Verdict::Pass).then(|| ObjectiveResult {
@@ -791,6 +798,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
                     let none = ClientEvidence {
                         latency: &lat,
                         outcomes: &out,
+                        ttft_censored: None,
                     };
                     objectives.extend(evaluate(std::slice::from_ref(o), &none, true));
                 }

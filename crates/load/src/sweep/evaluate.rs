@@ -19,6 +19,9 @@ pub struct ClientEvidence<'a> {
     pub latency: &'a BTreeMap<LatencySignal, Histogram<u64>>,
     /// Requests by outcome.
     pub outcomes: &'a BTreeMap<Outcome, u64>,
+    /// Ages (ns) of requests that ended without a first token (cancelled, timed out, transport
+    /// failure): right-censored TTFTs. Those older than a TTFT threshold count above it.
+    pub ttft_censored: Option<&'a Histogram<u64>>,
 }
 
 /// Whether an undecided objective may still be decided by measuring longer.
@@ -65,6 +68,33 @@ pub fn evaluate(
                 ),
             },
             Objective::Latency {
+                signal: LatencySignal::Ttft,
+                percentile,
+                threshold_s,
+            } => {
+                // Requests that got no first token in longer than the threshold are above it.
+                let merged = with_censored_above(
+                    client.latency.get(&LatencySignal::Ttft),
+                    client.ttft_censored,
+                    *threshold_s,
+                );
+                let mut r = latency(
+                    o,
+                    merged.as_ref().map(|(h, _)| h),
+                    *percentile,
+                    *threshold_s,
+                    final_window,
+                    "client",
+                );
+                if let Some((_, k)) = merged.filter(|(_, k)| *k > 0) {
+                    r.reason = format!(
+                        "{}; {k} of them never got a first token and ended after more than the threshold (counted above it; the percentile is then a lower bound)",
+                        r.reason
+                    );
+                }
+                r
+            }
+            Objective::Latency {
                 signal,
                 percentile,
                 threshold_s,
@@ -81,6 +111,32 @@ pub fn evaluate(
             }
         })
         .collect()
+}
+
+/// The TTFT histogram with the censored ages above `thr_s` added (each such request's TTFT is
+/// longer than its age, hence above the threshold), and how many were added. `None` when there
+/// is neither. Censored ages at or below the threshold say nothing about the objective and are
+/// left out, as before.
+fn with_censored_above(
+    ttft: Option<&Histogram<u64>>,
+    censored: Option<&Histogram<u64>>,
+    thr_s: f64,
+) -> Option<(Histogram<u64>, u64)> {
+    let thr_ns = (thr_s * 1e9) as u64;
+    let mut h = ttft.cloned();
+    let mut added = 0;
+    if let Some(c) = censored.filter(|c| !c.is_empty()) {
+        let h = h.get_or_insert_with(|| Histogram::new_from(c));
+        for v in c.iter_recorded() {
+            let value = c.highest_equivalent(v.value_iterated_to());
+            // Strictly above: same rule as `latency` (values equivalent to the threshold meet it).
+            if value > c.highest_equivalent(thr_ns) {
+                h.saturating_record_n(value, v.count_at_value());
+                added += v.count_at_value();
+            }
+        }
+    }
+    h.map(|h| (h, added))
 }
 
 fn latency(
@@ -266,8 +322,63 @@ mod tests {
         let c = ClientEvidence {
             latency: &lat,
             outcomes: &out,
+            ttft_censored: None,
         };
         evaluate(&[o], &c, final_window).remove(0)
+    }
+
+    fn eval_ttft_censored(values_ms: &[u64], censored_ms: &[u64], thr_s: f64) -> ObjectiveResult {
+        let mut lat = BTreeMap::new();
+        if !values_ms.is_empty() {
+            lat.insert(LatencySignal::Ttft, hist(values_ms));
+        }
+        let out = BTreeMap::new();
+        let cens = hist(censored_ms);
+        let c = ClientEvidence {
+            latency: &lat,
+            outcomes: &out,
+            ttft_censored: Some(&cens),
+        };
+        evaluate(&[ttft(95.0, thr_s)], &c, true).remove(0)
+    }
+
+    /// A request that got no first token in more than the threshold has a TTFT above it, so an
+    /// overloaded server fails its TTFT objective instead of leaving it without samples;
+    /// censored ages at or below the threshold say nothing and are left out.
+    #[test]
+    fn requests_without_a_first_token_past_the_threshold_count_above_it() {
+        // Overload: no TTFT at all, 25 requests cancelled after 4 s against 300 ms.
+        let r = eval_ttft_censored(&[], &[4000; 25], 0.3);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.reason);
+        assert_eq!(r.samples, 25);
+        assert!(r.reason.starts_with("25 of 25 above"), "{}", r.reason);
+        assert!(
+            r.reason.contains("25 of them never got a first token"),
+            "{}",
+            r.reason
+        );
+        // 30 fast answers and 5 requests censored at 2 s: 5 of 35 above (14 %, Wilson lower
+        // bound 6.3 % > 5 %): a certain breach.
+        let r = eval_ttft_censored(&[50; 30], &[2000; 5], 0.3);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.reason);
+        assert_eq!(r.samples, 35);
+        // The same 30 answers with 5 requests censored at 100 ms (below the threshold): unknown,
+        // left out; 0 of 30 above, a pass.
+        let r = eval_ttft_censored(&[50; 30], &[100; 5], 0.3);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.reason);
+        assert_eq!(r.samples, 30);
+        assert!(
+            !r.reason.contains("never got a first token"),
+            "{}",
+            r.reason
+        );
+        // Censored exactly at the threshold meets it (HDR-equivalent values, as for TTFTs).
+        let r = eval_ttft_censored(&[50; 30], &[300; 5], 0.3);
+        assert_eq!(r.samples, 30);
+        // Nothing at all below the threshold: still no samples.
+        let r = eval_ttft_censored(&[], &[100; 3], 0.3);
+        assert_eq!(r.verdict, Verdict::Inconclusive);
+        assert_eq!(r.samples, 0);
     }
 
     #[test]
@@ -310,6 +421,7 @@ mod tests {
         let c = ClientEvidence {
             latency: &lat,
             outcomes: &out,
+            ttft_censored: None,
         };
         let r = evaluate(&[Objective::ErrorRate { max_ratio: 0.02 }], &c, true).remove(0);
         // 5 / 1000 = 0.5 %; Wilson upper 1.17 % < 2 % -> pass.
