@@ -201,10 +201,13 @@ fn malformed_bodies_are_fastapi_validation_errors() {
         ("\u{0}\u{1}", "json_invalid"),
         ("[1,2]", "model_attributes_type"),
         ("null", "model_attributes_type"),
-        (r#"{"prompt":"x","max_tokens":"ten"}"#, "int_type"),
+        (r#"{"prompt":"x","max_tokens":"ten"}"#, "int_parsing"),
+        (r#"{"prompt":"x","max_tokens":[5]}"#, "int_type"),
         (r#"{"prompt":"x","max_tokens":2.5}"#, "int_from_float"),
-        (r#"{"prompt":"x","stream":"yes"}"#, "bool_type"),
-        (r#"{"prompt":"x","temperature":"hot"}"#, "float_type"),
+        (r#"{"prompt":"x","stream":"maybe"}"#, "bool_parsing"),
+        (r#"{"prompt":"x","stream":[true]}"#, "bool_type"),
+        (r#"{"prompt":"x","temperature":"hot"}"#, "float_parsing"),
+        (r#"{"prompt":"x","temperature":{}}"#, "float_type"),
         (r#"{"prompt":"x","model":5}"#, "string_type"),
         (r#"{"max_tokens":5}"#, "missing"),
     ] {
@@ -380,4 +383,131 @@ fn prompt_token_ids_outside_the_vocabulary_are_refused_as_vllm_does() {
     )
     .unwrap_err();
     assert_eq!(e.param.as_deref(), Some("max_tokens"), "{e:?}");
+}
+
+/// The one pydantic error `parse_and_validate` reports for `body`, as `(type, msg, input)`.
+fn pydantic_issue(body: &str) -> (String, String, String) {
+    let e = completion(body, 100).unwrap_err();
+    assert_eq!((e.status.as_u16(), e.kind), (400, "Bad Request"), "{body}");
+    // "[{'type': 'T', 'loc': (...), 'msg': 'M', 'input': I}]"
+    let m = &e.message;
+    let field = |key: &str, end: &str| -> String {
+        let start = m.find(key).unwrap_or_else(|| panic!("{body}: {m}")) + key.len();
+        let rest = &m[start..];
+        rest[..rest.find(end).unwrap_or(rest.len())].to_string()
+    };
+    (
+        field("'type': '", "'"),
+        field("'msg': '", "'"),
+        field("'input': ", "}]"),
+    )
+}
+
+#[test]
+fn numeric_fields_coerce_as_pydantic_lax_mode_does() {
+    // pydantic-core `str_as_int` / `clean_int_str` / `float_as_int` (tests/validators/test_int.py):
+    // strings of integers are accepted after trimming whitespace, a `+`, leading zeros, a `.0`
+    // tail and single underscores; bools are 0/1; integral floats are integers.
+    for (value, want) in [
+        ("\"5\"", 5),
+        ("\" 5 \"", 5),
+        ("\"+5\"", 5),
+        ("\"005\"", 5),
+        ("\"5.00\"", 5),
+        ("\"1_0\"", 10),
+        ("\"0\"", 0),
+        ("true", 1),
+        ("5.0", 5),
+        ("1e1", 10),
+    ] {
+        let body = format!(r#"{{"prompt":"x","max_tokens":{value},"ignore_eos":true}}"#);
+        match completion(&body, 100) {
+            Ok(r) => assert_eq!(i64::from(r.max_tokens), want, "{body}"),
+            // 0 passes pydantic and is then vLLM's own check.
+            Err(e) => {
+                assert_eq!(want, 0, "{body}: {e:?}");
+                assert_eq!(e.param.as_deref(), Some("max_tokens"));
+            }
+        }
+    }
+    // The same coercion for every int field: min_tokens, n, seed, top_k.
+    let r = completion(
+        r#"{"prompt":"x","max_tokens":"8","min_tokens":" 2","n":"1","seed":"-7","top_k":"040"}"#,
+        100,
+    )
+    .unwrap();
+    assert_eq!((r.max_tokens, r.min_tokens, r.seed), (8, 2, Some(-7)));
+    // A numeric string too large for max_model_len is vLLM's semantic error, with the value.
+    let e = completion(r#"{"prompt":"x","max_tokens":"500"}"#, 100).unwrap_err();
+    assert!(
+        e.message.ends_with("(parameter=max_tokens, value=500)"),
+        "{e:?}"
+    );
+
+    // What pydantic refuses, with its type, message and Python repr of the input.
+    let parsing = "Input should be a valid integer, unable to parse string as an integer";
+    let size = "Unable to parse input string as an integer, exceeded maximum size";
+    let fraction = "Input should be a valid integer, got a number with a fractional part";
+    let cases: &[(&str, &str, &str, &str)] = &[
+        // 1e30 has no fractional part; it is beyond i64 → int_parsing_size, input repr 1e+30.
+        ("1e30", "int_parsing_size", size, "1e+30"),
+        ("-1e19", "int_parsing_size", size, "-1e+19"),
+        ("2.5", "int_from_float", fraction, "2.5"),
+        ("1e-3", "int_from_float", fraction, "0.001"),
+        ("\"5.5\"", "int_parsing", parsing, "'5.5'"),
+        ("\"5.\"", "int_parsing", parsing, "'5.'"),
+        ("\"1e3\"", "int_parsing", parsing, "'1e3'"),
+        ("\"--5\"", "int_parsing", parsing, "'--5'"),
+        ("\"+-5\"", "int_parsing", parsing, "'+-5'"),
+        ("\"1__0\"", "int_parsing", parsing, "'1__0'"),
+        ("\"_1\"", "int_parsing", parsing, "'_1'"),
+        ("\"\"", "int_parsing", parsing, "''"),
+        ("\"five\"", "int_parsing", parsing, "'five'"),
+        ("[1]", "int_type", "Input should be a valid integer", "[1]"),
+        ("{}", "int_type", "Input should be a valid integer", "{}"),
+    ];
+    for (value, kind, msg, input) in cases {
+        let body = format!(r#"{{"prompt":"x","max_tokens":{value}}}"#);
+        let (k, m, i) = pydantic_issue(&body);
+        assert_eq!(
+            (k.as_str(), m.as_str(), i.as_str()),
+            (*kind, *msg, *input),
+            "{body}"
+        );
+    }
+    let long = format!(r#"{{"prompt":"x","max_tokens":"{}"}}"#, "1".repeat(4301));
+    assert_eq!(pydantic_issue(&long).0, "int_parsing_size");
+
+    // Floats (temperature, top_p) and bools (stream, ignore_eos) coerce the same way.
+    let r = completion(
+        r#"{"prompt":"x","max_tokens":3,"temperature":" 0.5","top_p":"1","stream":"yes","ignore_eos":1}"#,
+        100,
+    )
+    .unwrap();
+    assert!(r.stream && r.ignore_eos);
+    let r = completion(r#"{"prompt":"x","stream":"OFF","ignore_eos":0}"#, 100).unwrap();
+    assert!(!r.stream && !r.ignore_eos);
+    for (body, kind, input) in [
+        (r#"{"prompt":"x","stream":2}"#, "bool_parsing", "2"),
+        (
+            r#"{"prompt":"x","stream":null,"ignore_eos":"maybe"}"#,
+            "bool_parsing",
+            "'maybe'",
+        ),
+        (
+            r#"{"prompt":"x","temperature":"warm"}"#,
+            "float_parsing",
+            "'warm'",
+        ),
+        (r#"{"prompt":"x","temperature":[1]}"#, "float_type", "[1]"),
+    ] {
+        assert_eq!(
+            {
+                let (k, _, i) = pydantic_issue(body);
+                (k, i)
+            },
+            (kind.to_string(), input.to_string()),
+            "{body}"
+        );
+    }
 }

@@ -346,15 +346,10 @@ impl Fields<'_> {
 
     fn opt_bool(&mut self, key: &str) -> Option<bool> {
         let v = self.present(key)?.clone();
-        match v {
-            Value::Bool(b) => Some(b),
-            other => {
-                self.issue(
-                    "bool_type",
-                    &[key],
-                    "Input should be a valid boolean",
-                    &other,
-                );
+        match as_bool(&v) {
+            Ok(b) => Some(b),
+            Err((kind, msg)) => {
+                self.issue(kind, &[key], msg, &v);
                 None
             }
         }
@@ -362,10 +357,10 @@ impl Fields<'_> {
 
     fn opt_number(&mut self, key: &str) -> Option<f64> {
         let v = self.present(key)?.clone();
-        match v.as_f64() {
-            Some(x) => Some(x),
-            None => {
-                self.issue("float_type", &[key], "Input should be a valid number", &v);
+        match as_float(&v) {
+            Ok(x) => Some(x),
+            Err((kind, msg)) => {
+                self.issue(kind, &[key], msg, &v);
                 None
             }
         }
@@ -398,16 +393,13 @@ impl Fields<'_> {
         };
         let mut flag = |key: &str, default: bool| match o.get(key) {
             None | Some(Value::Null) => default,
-            Some(Value::Bool(b)) => *b,
-            Some(other) => {
-                self.issue(
-                    "bool_type",
-                    &["stream_options", key],
-                    "Input should be a valid boolean",
-                    other,
-                );
-                default
-            }
+            Some(other) => match as_bool(other) {
+                Ok(b) => b,
+                Err((kind, msg)) => {
+                    self.issue(kind, &["stream_options", key], msg, other);
+                    default
+                }
+            },
         };
         // vLLM's StreamOptions: include_usage defaults to True, continuous_usage_stats to False.
         let include = flag("include_usage", true);
@@ -620,9 +612,30 @@ impl Fields<'_> {
     }
 }
 
-/// pydantic's lax integer: a JSON integer, or a float with no fractional part.
+/// pydantic v2's lax integer, as FastAPI validates vLLM's request models (python mode, on the
+/// objects `json.loads` made), after pydantic-core `validate_int` / `float_as_int` /
+/// `str_as_int`:
+/// * an integer; a bool (`true` → 1); a float with no fractional part inside the i64 range;
+/// * a string holding an integer, after trimming whitespace, one leading `+`, leading zeros, a
+///   `.0…0` tail and single underscores between digits (`" 5"`, `"+5"`, `"005"`, `"5.00"`,
+///   `"1_000"`); not `"5.5"`, `"5."`, `"1e3"`, `"--5"`.
+///
+/// Errors are pydantic's `(type, msg)`: `int_from_float`, `int_parsing_size` (a float beyond
+/// i64 or a string of more than 4300 digits), `int_parsing`, `int_type`. Integers beyond i64 (a
+/// Python int has no limit) saturate; vLLM then refuses them by value anyway. A JSON integer
+/// literal beyond u64 reaches the twin as a float (serde_json), so it gets `int_parsing_size`
+/// where vLLM would take it as a (too large) integer.
 fn as_int(v: &Value) -> Result<i64, (&'static str, &'static str)> {
+    const INT_PARSING: (&str, &str) = (
+        "int_parsing",
+        "Input should be a valid integer, unable to parse string as an integer",
+    );
+    const INT_SIZE: (&str, &str) = (
+        "int_parsing_size",
+        "Unable to parse input string as an integer, exceeded maximum size",
+    );
     match v {
+        Value::Bool(b) => Ok(i64::from(*b)),
         Value::Number(n) => {
             if let Some(i) = n.as_i64() {
                 Ok(i)
@@ -630,24 +643,172 @@ fn as_int(v: &Value) -> Result<i64, (&'static str, &'static str)> {
                 Ok(i64::MAX)
             } else {
                 let f = n.as_f64().unwrap_or(f64::NAN);
-                if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.0e18 {
-                    Ok(f as i64)
-                } else {
+                if !f.is_finite() {
+                    Err(("finite_number", "Input should be a finite number"))
+                } else if f % 1.0 != 0.0 {
                     Err((
                         "int_from_float",
                         "Input should be a valid integer, got a number with a fractional part",
                     ))
+                } else if (i64::MIN as f64) < f && f < (i64::MAX as f64) {
+                    Ok(f as i64)
+                } else {
+                    Err(INT_SIZE)
                 }
             }
+        }
+        Value::String(s) => {
+            let (negative, digits) = clean_int_str(s).ok_or(INT_PARSING)?;
+            if digits.len() > 4300 {
+                return Err(INT_SIZE);
+            }
+            let magnitude: i128 = if digits.len() > 30 {
+                i128::MAX
+            } else {
+                digits.parse().map_err(|_| INT_PARSING)?
+            };
+            let v = if negative { -magnitude } else { magnitude };
+            Ok(v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
         }
         _ => Err(("int_type", "Input should be a valid integer")),
     }
 }
 
+/// pydantic-core `clean_int_str`: `(negative, ASCII digits)` of a string an int validator accepts.
+fn clean_int_str(s: &str) -> Option<(bool, String)> {
+    let mut s = s.trim();
+    if let Some(rest) = s.strip_prefix('+') {
+        if rest.starts_with('-') {
+            return None;
+        }
+        s = rest;
+    }
+    let mut negative = false;
+    if let Some(rest) = s.strip_prefix('-') {
+        if rest.starts_with(['-', '+']) {
+            return None;
+        }
+        negative = true;
+        s = rest;
+    }
+    // Leading zeros (and underscores among them) go, keeping one zero before a point or alone.
+    let bytes = s.as_bytes();
+    match bytes.first() {
+        Some(b'0') => {
+            let mut cut = bytes.len() - 1;
+            for (i, &c) in bytes.iter().enumerate().skip(1) {
+                match c {
+                    b'0' | b'_' => {}
+                    b'1'..=b'9' => {
+                        cut = i;
+                        break;
+                    }
+                    b'.' => {
+                        cut = i - 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+            s = &s[cut..];
+        }
+        Some(b'1'..=b'9') => {}
+        _ => return None,
+    }
+    if let Some(i) = s.find('.') {
+        let frac = &s[i + 1..];
+        if !frac.is_empty() && frac.bytes().all(|c| c == b'0') {
+            s = &s[..i];
+        }
+    }
+    let digits = if s.contains('_') {
+        if s.starts_with('_') || s.ends_with('_') || s.contains("__") {
+            return None;
+        }
+        s.replace('_', "")
+    } else {
+        s.to_string()
+    };
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    Some((negative, digits))
+}
+
+/// pydantic v2's lax float (python mode): a number, a bool, or a string that parses as a float
+/// after trimming whitespace (`" 0.5"`, `"1e-3"`, `"inf"`, `"1_000.5"`).
+fn as_float(v: &Value) -> Result<f64, (&'static str, &'static str)> {
+    match v {
+        Value::Number(n) => n
+            .as_f64()
+            .ok_or(("float_type", "Input should be a valid number")),
+        Value::Bool(b) => Ok(if *b { 1.0 } else { 0.0 }),
+        Value::String(s) => s
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .or_else(|| {
+                let t = s.trim();
+                if t.starts_with('_') || t.ends_with('_') || t.contains("__") || !t.contains('_') {
+                    None
+                } else {
+                    t.replace('_', "").parse().ok()
+                }
+            })
+            .ok_or((
+                "float_parsing",
+                "Input should be a valid number, unable to parse string as a number",
+            )),
+        _ => Err(("float_type", "Input should be a valid number")),
+    }
+}
+
+/// pydantic v2's lax bool (python mode): a bool, the integers 0 and 1, or one of the strings
+/// `0 off f false n no` / `1 on t true y yes` (case-insensitive).
+fn as_bool(v: &Value) -> Result<bool, (&'static str, &'static str)> {
+    const PARSING: (&str, &str) = (
+        "bool_parsing",
+        "Input should be a valid boolean, unable to interpret input",
+    );
+    match v {
+        Value::Bool(b) => Ok(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            Some(_) => Err(PARSING),
+            None => Err(("bool_type", "Input should be a valid boolean")),
+        },
+        Value::String(s) => {
+            let t = s.as_str();
+            if ["0", "off", "f", "false", "n", "no"]
+                .iter()
+                .any(|w| t.eq_ignore_ascii_case(w))
+            {
+                Ok(false)
+            } else if ["1", "on", "t", "true", "y", "yes"]
+                .iter()
+                .any(|w| t.eq_ignore_ascii_case(w))
+            {
+                Ok(true)
+            } else {
+                Err(PARSING)
+            }
+        }
+        _ => Err(("bool_type", "Input should be a valid boolean")),
+    }
+}
+
 /// Renders an offending input like pydantic's `'input': …`, cut to 100 characters.
 fn render_input(v: &Value) -> String {
+    // Python reprs of the scalars json.loads makes: True/False/None, floats as `repr(float)`.
     let s = match v {
         Value::String(s) => format!("'{}'", py_escape(s)),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Null => "None".into(),
+        Value::Number(n) if n.is_f64() => {
+            crate::engine::prom::py_repr(n.as_f64().unwrap_or(f64::NAN))
+        }
         other => other.to_string(),
     };
     if s.chars().count() > 100 {
