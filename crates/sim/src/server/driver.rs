@@ -138,7 +138,8 @@ pub(crate) enum Command {
         request: NewRequest,
         slot: Arc<Slot>,
     },
-    /// The client went away: abort in the engine (`finished_reason="abort"`).
+    /// The client went away: cancel in the engine ([`crate::Engine::cancel`]): as in vLLM 0.32,
+    /// the request is counted under no `finished_reason` (not even `abort`).
     Abort { key: u64 },
     /// Render `/metrics` (vLLM families) at the current engine time.
     Metrics(oneshot::Sender<String>),

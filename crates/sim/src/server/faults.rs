@@ -10,7 +10,7 @@
 //! | `error_500_rate`, `error_503_rate` | a vLLM-shaped 500 `InternalServerError` / 503 `ServiceUnavailableError` JSON body | nothing (only `http_requests_total{status="5xx"}` counts it) |
 //! | `slow_start_rate`, `slow_start_s` | TTFT longer by `slow_start_s` | the request arrives `slow_start_s` later (server TTFT unchanged) |
 //! | `stall_rate`, `stall_s` | one gap of `stall_s` between two content chunks | nothing: the engine keeps generating; the tokens are delivered in a burst after the pause |
-//! | `disconnect_rate` | the connection closes mid-stream, with no `data: [DONE]` | the request is aborted (`vllm:request_success_total{finished_reason="abort"}`) |
+//! | `disconnect_rate` | the connection closes mid-stream, with no `data: [DONE]` | the request is cancelled as a client that went away: vLLM 0.32 drops it without counting it in any `vllm:request_success_total{finished_reason}` (`abort` included) or finished-request histogram; only its TTFT and the tokens already produced stay counted (see [`crate::Engine::cancel`]) |
 //!
 //! Decisions are drawn per completion request from `(seed, request index)` (index = arrival order
 //! of `/v1/completions` and `/v1/chat/completions` requests, from 0), so a run with the same seed

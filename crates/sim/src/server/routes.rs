@@ -462,7 +462,7 @@ impl Stream for SseStream {
         }
         if this.cut_now {
             // Mid-stream disconnect fault: fail the body so the connection is cut without
-            // `[DONE]`; dropping the stream aborts the request in the engine.
+            // `[DONE]`; dropping the stream cancels the request in the engine (counted nowhere).
             this.done = true;
             return Poll::Ready(Some(Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
