@@ -12,13 +12,14 @@
 #   crates/gateway/benches/gateway_instructions.sh              # gateway and relay
 #   PATHS=gateway STREAMS=20 crates/gateway/benches/gateway_instructions.sh
 #
-# Needs valgrind. Builds the benchmark with `cargo bench --no-run` (CARGO_TARGET_DIR respected).
+# Needs valgrind. Builds the benchmark with `cargo bench --no-run` (CARGO_TARGET_DIR respected),
+# or runs the binary named by BIN.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PATHS=${PATHS:-"gateway relay"}
 STREAMS=${STREAMS:-10}
-bin=$(cargo bench -p headroom-gateway --bench gateway_overhead --no-run --message-format=json 2>/dev/null |
-    sed -n 's/.*"executable":"\([^"]*gateway_overhead[^"]*\)".*/\1/p' | tail -1)
+bin=${BIN:-$(cargo bench -p headroom-gateway --bench gateway_overhead --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"executable":"\([^"]*gateway_overhead[^"]*\)".*/\1/p' | tail -1)}
 [ -x "$bin" ] || { echo "benchmark binary not found (cargo bench --no-run failed?)" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

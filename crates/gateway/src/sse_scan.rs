@@ -21,6 +21,32 @@ use crate::sse::{EventInfo, Finish};
 /// Deepest nesting read (serde_json's own limit is 128).
 const MAX_DEPTH: u32 = 64;
 
+/// What a byte means inside a string: [`PLAIN`] ASCII, the closing [`QUOTE`], a [`HIGH`] byte
+/// of a UTF-8 sequence (checked at the end), or [`STOP`] (backslash or control character: the
+/// reader declines).
+const PLAIN: u8 = 0;
+const QUOTE: u8 = 1;
+const HIGH: u8 = 2;
+const STOP: u8 = 3;
+
+static BYTE: [u8; 256] = {
+    let mut t = [PLAIN; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = if i < 0x20 || i == b'\\' as usize {
+            STOP
+        } else if i == b'"' as usize {
+            QUOTE
+        } else if i >= 0x80 {
+            HIGH
+        } else {
+            PLAIN
+        };
+        i += 1;
+    }
+    t
+};
+
 struct Cursor<'a> {
     b: &'a [u8],
     i: usize,
@@ -49,16 +75,24 @@ impl<'a> Cursor<'a> {
     #[inline]
     fn string(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
-        let rest = &self.b[self.i..];
-        let end = memchr::memchr2(b'"', b'\\', rest)?;
-        if rest[end] == b'\\' {
+        let start = self.i;
+        let mut ascii = true;
+        loop {
+            match BYTE[usize::from(*self.b.get(self.i)?)] {
+                PLAIN => self.i += 1,
+                QUOTE => break,
+                HIGH => {
+                    ascii = false;
+                    self.i += 1;
+                }
+                _ => return None,
+            }
+        }
+        let s = &self.b[start..self.i];
+        if !ascii && std::str::from_utf8(s).is_err() {
             return None;
         }
-        let s = &rest[..end];
-        if s.iter().any(|&c| c < 0x20) || (!s.is_ascii() && std::str::from_utf8(s).is_err()) {
-            return None;
-        }
-        self.i += end + 1;
+        self.i += 1;
         Some(s)
     }
 

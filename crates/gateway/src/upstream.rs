@@ -68,12 +68,14 @@ pub enum UpstreamError {
 }
 
 /// The waker handed to the connection and to the channels hyper polls inside it: while a
-/// driven poll runs, a wake-up only marks that another round is needed; otherwise it wakes the
-/// task that last drove the connection.
+/// driven poll runs, a wake-up only marks that another round is needed (`woken`); otherwise it
+/// marks that something happened since the last poll (`notified`) and wakes the task that last
+/// drove the connection.
 struct Relay {
     task: AtomicWaker,
     polling: AtomicBool,
     woken: AtomicBool,
+    notified: AtomicBool,
 }
 
 impl Wake for Relay {
@@ -85,6 +87,7 @@ impl Wake for Relay {
         if self.polling.load(Ordering::SeqCst) {
             self.woken.store(true, Ordering::SeqCst);
         } else {
+            self.notified.store(true, Ordering::SeqCst);
             self.task.wake();
         }
     }
@@ -98,6 +101,9 @@ struct Driver {
     relay: Arc<Relay>,
     /// `relay` as a waker, made once.
     waker: Waker,
+    /// The last driven poll ended with everything waiting: until a wake-up arrives, polling
+    /// again cannot make progress.
+    parked: bool,
 }
 
 impl Driver {
@@ -106,11 +112,13 @@ impl Driver {
             task: AtomicWaker::new(),
             polling: AtomicBool::new(false),
             woken: AtomicBool::new(false),
+            notified: AtomicBool::new(false),
         });
         Driver {
             conn: Some(conn),
             waker: Waker::from(relay.clone()),
             relay,
+            parked: false,
         }
     }
 }
@@ -119,13 +127,31 @@ impl Driver {
 ///
 /// Everything `f` waits on (readiness for a request, the response head, a body frame) is made
 /// by the connection future, so `f` is polled again after each poll of the connection; once the
-/// connection has ended, `f` sees the end (hyper's channels report it).
+/// connection has ended, `f` sees the end (hyper's channels report it). Every waker registered
+/// inside is the relay, so when the last call ended with both waiting and no wake-up has come
+/// since, nothing is polled: hyper's server asks its body once more after each flush, and that
+/// poll then costs no trip through the connection.
 fn poll_driven<T>(
+    d: &mut Driver,
+    cx: &mut Context<'_>,
+    f: impl FnMut(&mut Context<'_>) -> Poll<T>,
+) -> Poll<T> {
+    d.relay.task.register(cx.waker());
+    // After `register`, so that a wake-up from now on reaches this task.
+    let notified = d.relay.notified.swap(false, Ordering::SeqCst);
+    if d.parked && !notified {
+        return Poll::Pending;
+    }
+    let r = rounds(d, cx, f);
+    d.parked = r.is_pending();
+    r
+}
+
+fn rounds<T>(
     d: &mut Driver,
     cx: &mut Context<'_>,
     mut f: impl FnMut(&mut Context<'_>) -> Poll<T>,
 ) -> Poll<T> {
-    d.relay.task.register(cx.waker());
     let waker = d.waker.clone();
     let mut inner = Context::from_waker(&waker);
     for _ in 0..MAX_ROUNDS {
@@ -139,6 +165,8 @@ fn poll_driven<T>(
             return r;
         }
     }
+    // Handed to the task as an outside wake-up, so that its next poll is a real one.
+    d.relay.notified.store(true, Ordering::SeqCst);
     cx.waker().wake_by_ref();
     Poll::Pending
 }
@@ -168,6 +196,8 @@ fn round<T>(
 }
 
 async fn drive<T>(d: &mut Driver, mut f: impl FnMut(&mut Context<'_>) -> Poll<T>) -> T {
+    // A new `f` has not been polled yet.
+    d.parked = false;
     poll_fn(|cx| poll_driven(d, cx, &mut f)).await
 }
 
@@ -248,6 +278,7 @@ impl Conns {
         // Nobody waits on an idle connection: a wake-up from its socket must not reach the task
         // that used it last.
         drop(link.driver.relay.task.take());
+        link.driver.parked = false;
         let now = Instant::now();
         link.idle_since = now;
         let Ok(mut idle) = self.idle.lock() else {
