@@ -981,3 +981,98 @@ async fn wall_clock_steps_keep_the_modelled_timeline() {
     })
     .await;
 }
+
+/// Reads until the server closes the connection (EOF or reset); the time it took from `t0`.
+async fn until_closed(s: &mut TcpStream, t0: Instant) -> Duration {
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return t0.elapsed(),
+            Ok(_) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn idle_and_trickling_connections_close_after_5_s_but_long_requests_do_not() {
+    // uvicorn's --timeout-keep-alive (5 s), which vLLM keeps: see server::KEEP_ALIVE_TIMEOUT.
+    bounded(async {
+        let srv = start(spec(1.0), Faults::default(), None).await;
+        let a = srv.api_addr;
+        let within = |what: &str, d: Duration| {
+            assert!(
+                d >= Duration::from_millis(4500) && d <= Duration::from_millis(7500),
+                "{what}: closed after {d:?}, expected about 5 s"
+            );
+        };
+        // 1. A connection that never sends a byte.
+        let silent = async {
+            let t0 = Instant::now();
+            let mut s = TcpStream::connect(a).await.unwrap();
+            within("silent connection", until_closed(&mut s, t0).await);
+        };
+        // 2. A keep-alive connection after one response: closed 5 s after the response.
+        let keep_alive = async {
+            let mut s = TcpStream::connect(a).await.unwrap();
+            s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                assert_eq!(s.read(&mut b).await.unwrap(), 1, "response head");
+                head.push(b[0]);
+            }
+            let head = String::from_utf8(head).unwrap();
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            assert!(head.to_ascii_lowercase().contains("content-length: 0"), "{head}");
+            within("idle keep-alive", until_closed(&mut s, Instant::now()).await);
+        };
+        // 3. A request head trickled a byte every 250 ms (it would take 15 s to complete).
+        let trickle = async {
+            let t0 = Instant::now();
+            let s = TcpStream::connect(a).await.unwrap();
+            let (mut r, mut w) = s.into_split();
+            let writer = tokio::spawn(async move {
+                let head = format!("GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n", "p".repeat(30));
+                for byte in head.bytes() {
+                    if w.write_all(&[byte]).await.is_err() {
+                        return false;
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                true
+            });
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf).await;
+            let d = t0.elapsed();
+            within("trickled head", d);
+            assert!(
+                !String::from_utf8_lossy(&buf).contains(" 200 "),
+                "no response to a head that never completed in time: {buf:?}"
+            );
+            writer.abort();
+        };
+        // 4. Requests longer than 5 s run to the end: ~16 ms per token on an A10G for 450 tokens.
+        let long_stream = async {
+            let t0 = Instant::now();
+            let r = post(a, "/v1/completions", &serde_json::json!({"prompt":"a b c","max_tokens":450,"ignore_eos":true,"stream":true})).await;
+            let d = t0.elapsed();
+            assert_eq!(r.status, 200);
+            assert!(d > Duration::from_millis(5500), "the stream took only {d:?}");
+            let events = r.events();
+            assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+            assert_eq!(tally(&events).0, 450);
+        };
+        let long_plain = async {
+            let t0 = Instant::now();
+            let r = post(a, "/v1/completions", &serde_json::json!({"prompt":"d e f","max_tokens":450,"ignore_eos":true})).await;
+            assert_eq!(r.status, 200);
+            assert!(t0.elapsed() > Duration::from_millis(5500), "{:?}", t0.elapsed());
+            assert_eq!(r.json()["usage"]["completion_tokens"], 450);
+        };
+        tokio::join!(silent, keep_alive, trickle, long_stream, long_plain);
+        srv.shutdown().await;
+    })
+    .await;
+}

@@ -33,7 +33,6 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -234,25 +233,68 @@ pub async fn serve(cfg: ServerConfig) -> anyhow::Result<ServerHandle> {
     })
 }
 
+/// How long a connection may sit without a complete request head: uvicorn's
+/// `--timeout-keep-alive` default (5 s), which vLLM's API server keeps.
+///
+/// uvicorn (h11 and httptools protocols) arms this timer when a response completes and cancels it
+/// on any byte received, so an idle keep-alive connection is closed 5 s after its last response.
+/// The twin applies it through hyper's `header_read_timeout`, which also runs from the moment a
+/// connection is accepted and until the request head is complete. So, beyond uvicorn, a
+/// connection that never sends a request, or trickles its head (slowloris), is closed after 5 s
+/// too (uvicorn would hold both open); a client of a real vLLM never relies on either. Time
+/// spent on a request (a long non-streaming generation, a stream of many seconds) does not count.
+pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 async fn serve_router(
     listener: TcpListener,
     router: axum::Router,
     mut stop: watch::Receiver<bool>,
 ) {
-    let signal = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    // TCP_NODELAY on every accepted connection, as vLLM's server has it (Python's asyncio sets
-    // it on every TCP transport): without it Nagle's algorithm holds back small SSE chunks
-    // behind unacknowledged ones, adding up to a delayed-ACK interval (~40 ms) to a token's
-    // arrival.
-    let listener = listener.tap_io(|tcp| {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(KEEP_ALIVE_TIMEOUT)
+        .keep_alive(true);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = async { drop(stop.wait_for(|s| *s).await) } => break,
+            a = listener.accept() => a,
+        };
+        // Reap finished connection tasks so the set does not grow with the run.
+        while connections.try_join_next().is_some() {}
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                eprintln!("headroom sim: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // TCP_NODELAY on every accepted connection, as vLLM's server has it (Python's asyncio
+        // sets it on every TCP transport): without it Nagle's algorithm holds back small SSE
+        // chunks behind unacknowledged ones, adding up to a delayed-ACK interval (~40 ms) to a
+        // token's arrival.
         let _ = tcp.set_nodelay(true);
-    });
-    if let Err(e) = axum::serve(listener, router)
-        .with_graceful_shutdown(signal)
-        .await
-    {
-        eprintln!("headroom sim: server error: {e}");
+        let service = TowerToHyperService::new(router.clone());
+        let conn = builder.serve_connection(TokioIo::new(tcp), service);
+        let mut stop = stop.clone();
+        connections.spawn(async move {
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = async { drop(stop.wait_for(|s| *s).await) } => {
+                    // Finish the response in flight, then close (the driver has already ended
+                    // every stream); `ServerHandle::shutdown` bounds the wait.
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
     }
+    while connections.join_next().await.is_some() {}
 }
