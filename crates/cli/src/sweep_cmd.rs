@@ -68,7 +68,9 @@ pub struct SweepArgs {
     /// Measurement window per level in seconds (default: the workload's).
     #[arg(long)]
     pub measure: Option<f64>,
-    /// Seed (default: the workload's).
+    /// Seed of arrivals, prompts and the mix (default: the workload's `seed`, else a new random
+    /// one per run, printed and recorded in manifest.json). A rerun with the same seed sends the
+    /// same prompts, which an engine's prefix cache may still hold from the last run.
     #[arg(long)]
     pub seed: Option<u64>,
     /// HF tokenizer.json for exact prompt token counts.
@@ -378,7 +380,14 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         args.metrics_url.clone().or(metrics_default)
     };
     let dcgm_url = args.dcgm.clone().or(dcgm_default);
-    let seed = args.seed.unwrap_or(workload.spec.seed);
+    let seed = match args.seed.or(workload.spec.seed) {
+        Some(s) => s,
+        None => {
+            let s = rand::random::<u64>() >> 11; // 53 bits: exact in JSON readers that use f64
+            eprintln!("headroom: seed {s} (new for this run; --seed {s} repeats it)");
+            s
+        }
+    };
     let settings = SweepSettings {
         mode,
         arrival: workload.spec.load.arrival,
@@ -767,6 +776,50 @@ mod flag_tests {
     struct T {
         #[command(flatten)]
         a: super::SweepArgs,
+    }
+
+    /// Without `--seed` and without `seed:` in the workload, every run draws its own seed and
+    /// records it, so a rerun does not replay prompts the engine's prefix cache still holds; a
+    /// given `--seed` is used as is.
+    #[test]
+    fn a_run_without_a_seed_draws_its_own_and_records_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let wl = dir.path().join("w.yaml");
+        std::fs::write(
+            &wl,
+            "load: {mode: concurrency, levels: [1]}\nclasses:\n  - {name: tiny, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 2}, ignore_eos: true}\n",
+        )
+        .unwrap();
+        let run = |out: &str, extra: &[&str]| -> u64 {
+            let out = dir.path().join(out);
+            let mut argv = vec![
+                "sweep".to_string(),
+                "--workload".into(),
+                wl.display().to_string(),
+                "--warmup".into(),
+                "0".into(),
+                "--measure".into(),
+                "0.5".into(),
+                "--out".into(),
+                out.display().to_string(),
+            ];
+            argv.extend(extra.iter().map(|s| s.to_string()));
+            let t = T::try_parse_from(&argv).unwrap();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let code = rt.block_on(super::run(t.a, argv)).unwrap();
+            assert_eq!(code, 0);
+            let m: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap())
+                    .unwrap();
+            m["seed"].as_u64().expect("manifest.json records the seed")
+        };
+        let (a, b) = (run("a", &[]), run("b", &[]));
+        assert_ne!(a, b, "two runs without a seed drew the same one");
+        assert!(a < 1 << 53 && b < 1 << 53);
+        assert_eq!(run("c", &["--seed", "5"]), 5);
     }
 
     /// Runs `headroom sweep ARGS` up to its first error; bad flags fail before anything starts

@@ -2,7 +2,7 @@
 //!
 //! ```yaml
 //! model: tiny                 # optional; default: the first model of GET /v1/models
-//! seed: 42                    # default 0
+//! seed: 42                    # default: a new random seed per run (recorded in manifest.json)
 //! warmup: 5s                  # default 5s; requests started in warm-up are not recorded
 //! measure: 30s                # default 30s; requests that START inside are recorded
 //! load:
@@ -75,7 +75,7 @@ pub const Z_P90: f64 = 1.281_551_565_544_600_4;
 pub const DEFAULT_WORKLOAD_YAML: &str = "\
 # Built-in workload: the claims assistant of the seed guides. One class, so the embedded sweep
 # finishes in under two minutes; examples/workload-mixed.yaml adds a long-context class and the mix.
-seed: 0
+# No seed: each run draws its own (manifest.json records it; --seed N repeats a run).
 warmup: 5s
 measure: 30s
 load:
@@ -108,9 +108,11 @@ pub struct WorkloadSpec {
     /// Measurement window per level (written `30s`, > 0).
     #[serde(default = "default_measure", with = "duration_str")]
     pub measure: Duration,
-    /// Seed for arrivals, the class mix and prompt synthesis.
+    /// Seed for arrivals, the class mix and prompt synthesis; `None`: the sweep draws a new one
+    /// per run (and records it), so a rerun against the same server does not replay prompts its
+    /// prefix cache already holds.
     #[serde(default)]
-    pub seed: u64,
+    pub seed: Option<u64>,
 }
 
 /// Longest warm-up or measurement window a level may ask for (24 h): every load test stops by
@@ -1130,7 +1132,7 @@ mod tests {
         assert!(!c.ignore_eos);
         assert_eq!(w.spec.load.levels, Levels::List(vec![1.0, 2.0]));
         assert_eq!(w.spec.load.arrival, ArrivalProcess::Poisson);
-        assert_eq!(w.spec.seed, 0);
+        assert_eq!(w.spec.seed, None);
         assert_eq!(
             w.spec.load.level_mode(3.6),
             crate::arrivals::LevelMode::Concurrency(4)
