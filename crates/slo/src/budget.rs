@@ -300,11 +300,55 @@ async fn counts(
     window: &str,
     at: Option<f64>,
 ) -> Result<EventCounts, SloError> {
-    let (bad, total) = s.increases(window);
-    let total = prom.single(&total, at).await?.unwrap_or(0.0);
-    let bad = prom.single(&bad, at).await?.unwrap_or(0.0);
+    let (bad_q, total_q) = s.increases(window);
+    let total = prom.single(&total_q, at).await?;
+    let bad = prom.single(&bad_q, at).await?;
+    checked_counts(bad, total).map_err(|m| SloError::Prometheus {
+        url: prom.base().to_owned(),
+        message: format!(
+            "invalid data for {} over {window}: {m}; bad events: {bad_q}; all events: {total_q}",
+            s.field
+        ),
+    })
+}
+
+/// Bad and total event counts as Prometheus returned them (`None`: an empty vector, no
+/// series), checked for what counts can be: no series is zero events (no data), but a negative
+/// count or more bad events than events is invalid data, never "no data" or a clamped ratio.
+///
+/// A latency SLI's bad events are `count − bucket`, two series scraped together and
+/// extrapolated alike by `increase()`; float rounding may leave a tiny negative, so a bad count
+/// down to −1e−9 × max(total, 1) reads as 0, and up to total × (1 + 1e−9) as total.
+///
+/// # Errors
+/// What is wrong, with the values (NaN and infinities are refused earlier, by
+/// [`PromClient::single`]).
+pub fn checked_counts(bad: Option<f64>, total: Option<f64>) -> Result<EventCounts, String> {
+    let total = total.unwrap_or(0.0);
+    let bad = bad.unwrap_or(0.0);
+    let slack = 1e-9 * total.abs().max(1.0);
+    if !(total.is_finite() && bad.is_finite()) {
+        return Err(format!(
+            "bad events {bad}, all events {total}: expected finite counts"
+        ));
+    }
+    if total < 0.0 {
+        return Err(format!(
+            "all events = {total}: a count of events cannot be negative"
+        ));
+    }
+    if bad < -slack {
+        return Err(format!(
+            "bad events = {bad}: a count of events cannot be negative"
+        ));
+    }
+    if bad > total + slack {
+        return Err(format!(
+            "bad events = {bad} exceed all events = {total}: the error ratio would be above 100 %"
+        ));
+    }
     Ok(EventCounts {
-        bad: bad.max(0.0),
+        bad: bad.clamp(0.0, total),
         total,
     })
 }
@@ -483,6 +527,50 @@ mod tests {
             lines[2],
             "chat ttft_p95: ticket tier ticket_fast is burning (3.6× budget over 1d and 3.6× over 2h, factor 3)"
         );
+    }
+
+    #[test]
+    fn impossible_counts_are_invalid_data_not_no_data() {
+        // No series at all: zero events, which budget_status reads as no data.
+        assert_eq!(checked_counts(None, None), Ok(EventCounts::default()));
+        assert_eq!(
+            budget_status(&ev(0.05, (0.0, 0.0), (0.0, 0.0)), &tiers30(), 0.5).decision,
+            Decision::NoData
+        );
+        assert_eq!(
+            checked_counts(Some(3.0), Some(100.0)),
+            Ok(EventCounts {
+                bad: 3.0,
+                total: 100.0
+            })
+        );
+        // Rounding noise of count − bucket: −1e-12 of 1000 events is 0; 1000 + 1e-7 is 1000.
+        assert_eq!(checked_counts(Some(-1e-12), Some(1000.0)).unwrap().bad, 0.0);
+        assert_eq!(
+            checked_counts(Some(1000.0 + 1e-7), Some(1000.0))
+                .unwrap()
+                .bad,
+            1000.0
+        );
+        for (bad, total, needle) in [
+            (
+                Some(-5.0),
+                Some(100.0),
+                "bad events = -5: a count of events cannot be negative",
+            ),
+            (Some(-5.0), None, "bad events = -5"),
+            (Some(1.0), Some(-2.0), "all events = -2: a count"),
+            (
+                Some(150.0),
+                Some(100.0),
+                "bad events = 150 exceed all events = 100",
+            ),
+            (Some(f64::NAN), Some(100.0), "expected finite counts"),
+            (Some(1.0), Some(f64::INFINITY), "expected finite counts"),
+        ] {
+            let e = checked_counts(bad, total).unwrap_err();
+            assert!(e.contains(needle), "{needle} not in {e}");
+        }
     }
 
     #[test]

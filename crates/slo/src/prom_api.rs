@@ -1,240 +1,165 @@
-//! A thin client of the Prometheus HTTP API (`POST /api/v1/query`, form-encoded), enough for
-//! instant queries. Any PromQL-compatible store (Thanos, Mimir, VictoriaMetrics) answers the same
-//! API. Plain HTTP only (hyper-util's client, no TLS dependency): put an HTTPS endpoint behind a
-//! port-forward or a local proxy.
+//! Instant PromQL queries for `headroom slo budget`, over the same Prometheus HTTP API client
+//! as `headroom diagnose --prometheus` ([`headroom_signals::promql::PromClient`]): one
+//! implementation of the URL rules for both commands.
 //!
-//! Response shape (prometheus.io/docs/prometheus/latest/querying/api/): `{"status":"success",
-//! "data":{"resultType":"vector","result":[{"metric":{…},"value":[<unix s>,"<float>"]}]},
-//! "warnings":[…]}` or `{"status":"error","errorType":"…","error":"…"}`. Sample values are
-//! strings and may be `NaN`, `+Inf`, `-Inf`.
+//! The base URL may carry a path prefix (`http://host/prometheus`), `user:password@` (sent as
+//! HTTP Basic authentication, never printed) and a query string (`?token=…`, sent with every
+//! call, never printed). Every message names the URL without credentials or query
+//! ([`headroom_core::run::redact_url`]). Plain HTTP only: put an HTTPS endpoint behind a
+//! port-forward or a local proxy. Any PromQL-compatible store (Thanos, Mimir,
+//! VictoriaMetrics) answers the same API.
+//!
+//! What this layer adds: an unreachable server is named with the operating system's reason
+//! (`Connection refused`) and the question whether Prometheus runs there, and
+//! [`PromClient::single`] refuses a value that no count can take (NaN, infinite) as invalid
+//! data instead of passing it on.
 
 use crate::SloError;
-use bytes::Bytes;
-use http::{Method, Request, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use serde::Deserialize;
+use headroom_signals::promql::{PromClient as ApiClient, PromError};
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Largest response body accepted (bytes).
-const MAX_BODY: usize = 16 << 20;
 
 /// One sample of an instant vector.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
-    /// Labels of the series.
+    /// Labels of the series (without `__name__`).
     pub metric: BTreeMap<String, String>,
-    /// Value (may be NaN or infinite).
+    /// Value; NaN when Prometheus said `NaN` or sent something that is not a number.
     pub value: f64,
 }
 
-/// Result of an instant query.
-#[derive(Debug, Clone, PartialEq)]
-pub enum QueryResult {
-    /// `resultType: vector`.
-    Vector(Vec<Sample>),
-    /// `resultType: scalar`.
-    Scalar(f64),
-    /// Any other result type (matrix, string), named.
-    Other(String),
-}
-
-/// A Prometheus HTTP API endpoint.
+/// A Prometheus HTTP API endpoint (see the module docs for the URL forms).
 #[derive(Clone)]
 pub struct PromClient {
-    base: String,
-    client: Client<HttpConnector, Full<Bytes>>,
+    api: ApiClient,
     timeout: Duration,
 }
 
 impl std::fmt::Debug for PromClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // never the credentials or the query string
         f.debug_struct("PromClient")
-            .field("base", &self.base)
+            .field("base", &self.api.shown())
             .field("timeout", &self.timeout)
             .finish()
     }
 }
 
-#[derive(Deserialize)]
-struct ApiResponse {
-    status: String,
-    #[serde(default)]
-    data: Option<ApiData>,
-    #[serde(default, rename = "errorType")]
-    error_type: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct ApiData {
-    #[serde(rename = "resultType")]
-    result_type: String,
-    result: serde_json::Value,
-}
-
-#[derive(Deserialize)]
-struct RawSample {
-    #[serde(default)]
-    metric: BTreeMap<String, String>,
-    value: (f64, String),
-}
-
-/// Parses a Prometheus sample value (`"1.5"`, `"NaN"`, `"+Inf"`, `"-Inf"`).
-pub fn parse_value(s: &str) -> Option<f64> {
-    match s {
-        "NaN" => Some(f64::NAN),
-        "+Inf" | "Inf" => Some(f64::INFINITY),
-        "-Inf" => Some(f64::NEG_INFINITY),
-        _ => s.parse().ok(),
-    }
-}
-
 impl PromClient {
-    /// A client for `base_url` (e.g. `http://127.0.0.1:9090`, or with a path prefix such as
-    /// `http://host/prometheus`), each request bounded by `timeout`.
+    /// A client for `base_url` (e.g. `http://127.0.0.1:9090`, `http://u:p@host/prometheus?t=x`),
+    /// each request bounded by `timeout`.
     ///
     /// # Errors
-    /// [`SloError::Prometheus`] when the URL does not parse, is not `http://`, or has no host.
+    /// [`SloError::Prometheus`] (the URL without credentials or query) when the URL is not
+    /// `http://`, has no host, carries a `#fragment` or already names an `/api/v1` path.
     pub fn new(base_url: &str, timeout: Duration) -> Result<PromClient, SloError> {
-        let err = |m: &str| SloError::Prometheus {
-            url: base_url.to_string(),
-            message: m.to_string(),
-        };
-        let uri: Uri = base_url
-            .parse()
-            .map_err(|e| err(&format!("not a URL ({e}); expected http://host:port")))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(err(
-                    "https is not supported (no TLS client); reach Prometheus over http, e.g. through kubectl port-forward",
-                ));
+        let api = ApiClient::new(base_url, timeout).map_err(|e| {
+            let shown = headroom_core::run::redact_url(base_url.trim().trim_end_matches('/'));
+            let text = e.to_string();
+            let message = text
+                .strip_prefix(&format!("--prometheus {shown}: "))
+                .unwrap_or(&text)
+                .to_owned();
+            SloError::Prometheus {
+                url: shown,
+                message,
             }
-            _ => return Err(err("expected an http:// URL, e.g. http://127.0.0.1:9090")),
-        }
-        if uri.host().is_none() {
-            return Err(err("no host; expected http://host:port"));
-        }
-        let base = base_url.trim_end_matches('/').to_string();
-        let client = Client::builder(TokioExecutor::new()).build_http();
-        Ok(PromClient {
-            base,
-            client,
-            timeout,
-        })
-    }
-
-    /// The base URL.
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
-    fn err(&self, m: impl Into<String>) -> SloError {
-        SloError::Prometheus {
-            url: self.base.clone(),
-            message: m.into(),
-        }
-    }
-
-    /// Runs an instant query at `time` (Unix seconds; now when `None`).
-    ///
-    /// # Errors
-    /// [`SloError::Prometheus`] on a transport error or timeout, a non-JSON or oversized answer,
-    /// or an API error (its `errorType` and `error` are quoted).
-    pub async fn query(&self, promql: &str, time: Option<f64>) -> Result<QueryResult, SloError> {
-        let mut form = form_urlencoded::Serializer::new(String::new());
-        form.append_pair("query", promql);
-        if let Some(t) = time {
-            form.append_pair("time", &format!("{t:.3}"));
-        }
-        let body = form.finish();
-        let req = Request::builder()
-            .method(Method::POST)
-            .uri(format!("{}/api/v1/query", self.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("accept", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| self.err(format!("cannot build request: {e}")))?;
-        let fut = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| self.err(format!("request failed: {e}")))?;
-            let status = resp.status();
-            let collected = http_body_util::Limited::new(resp.into_body(), MAX_BODY)
-                .collect()
-                .await
-                .map_err(|e| self.err(format!("reading the answer failed: {e}")))?;
-            Ok::<_, SloError>((status, collected.to_bytes()))
-        };
-        let (status, bytes) = tokio::time::timeout(self.timeout, fut)
-            .await
-            .map_err(|_| self.err(format!("no answer within {:?}", self.timeout)))??;
-        let parsed: ApiResponse = serde_json::from_slice(&bytes).map_err(|e| {
-            self.err(format!(
-                "HTTP {status}: answer is not Prometheus API JSON ({e}): {}",
-                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-            ))
         })?;
-        if parsed.status != "success" {
-            return Err(self.err(format!(
-                "query failed ({}): {} — query: {promql}",
-                parsed.error_type.unwrap_or_default(),
-                parsed.error.unwrap_or_default()
-            )));
-        }
-        let data = parsed
-            .data
-            .ok_or_else(|| self.err("status success without data"))?;
-        match data.result_type.as_str() {
-            "vector" => {
-                let raw: Vec<RawSample> = serde_json::from_value(data.result)
-                    .map_err(|e| self.err(format!("unexpected vector shape: {e}")))?;
-                let mut out = Vec::with_capacity(raw.len());
-                for r in raw {
-                    let value = parse_value(&r.value.1)
-                        .ok_or_else(|| self.err(format!("sample value `{}`", r.value.1)))?;
-                    out.push(Sample {
-                        metric: r.metric,
-                        value,
-                    });
-                }
-                Ok(QueryResult::Vector(out))
-            }
-            "scalar" => {
-                let (_, v): (f64, String) = serde_json::from_value(data.result)
-                    .map_err(|e| self.err(format!("unexpected scalar shape: {e}")))?;
-                parse_value(&v)
-                    .map(QueryResult::Scalar)
-                    .ok_or_else(|| self.err(format!("scalar value `{v}`")))
-            }
-            other => Ok(QueryResult::Other(other.to_string())),
+        Ok(PromClient { api, timeout })
+    }
+
+    /// The base URL as shown in messages: no credentials, no query string.
+    pub fn base(&self) -> &str {
+        self.api.shown()
+    }
+
+    fn err(&self, message: impl Into<String>) -> SloError {
+        SloError::Prometheus {
+            url: self.base().to_owned(),
+            message: message.into(),
         }
     }
 
-    /// Runs a query expected to give at most one number (a scalar, or a vector of zero or one
-    /// sample, as `sum(…)` does). `None` when the vector is empty.
+    /// Runs an instant query at `time` (Unix seconds; now when `None`) and returns the vector.
     ///
     /// # Errors
-    /// As [`PromClient::query`]; also when the vector has several samples or the result is a
-    /// matrix or string.
+    /// [`SloError::Prometheus`]: unreachable (with the operating system's reason), no answer
+    /// within the timeout, an answer that is not the Prometheus API, or a rejected query (the
+    /// server's error and the PromQL quoted).
+    pub async fn query(&self, promql: &str, time: Option<f64>) -> Result<Vec<Sample>, SloError> {
+        let at = time.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0)
+        });
+        match self.api.query(promql, at).await {
+            Ok(v) => Ok(v
+                .into_iter()
+                .map(|s| Sample {
+                    metric: s
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        .collect(),
+                    value: s.value,
+                })
+                .collect()),
+            Err(PromError::Http { reason, .. }) if reason.starts_with("unreachable") => {
+                Err(self.err(self.unreachable().await))
+            }
+            Err(PromError::Http { reason, .. }) => Err(self.err(reason)),
+            Err(PromError::Query { error, .. }) => {
+                Err(self.err(format!("rejected the query ({error}); query: {promql}")))
+            }
+            Err(e) => Err(self.err(e.to_string())),
+        }
+    }
+
+    /// Says why the server cannot be reached: the HTTP client reports only "connection
+    /// failed", so one plain TCP connection to the same host and port fetches the operating
+    /// system's reason (`Connection refused`, `No route to host`).
+    async fn unreachable(&self) -> String {
+        let hint =
+            "is Prometheus running and listening there? Check the host and port of --prometheus";
+        let Ok(uri) = self.base().parse::<http::Uri>() else {
+            return format!("unreachable; {hint}");
+        };
+        let host = uri.host().unwrap_or("").trim_matches(['[', ']']).to_owned();
+        let port = uri.port_u16().unwrap_or(80);
+        let limit = self.timeout.min(Duration::from_secs(5));
+        let why = match tokio::time::timeout(
+            limit,
+            tokio::net::TcpStream::connect((host.as_str(), port)),
+        )
+        .await
+        {
+            Ok(Err(e)) => e.to_string(),
+            Ok(Ok(_)) => "the connection failed".to_owned(),
+            Err(_) => format!("no connection within {limit:?}"),
+        };
+        format!("unreachable ({why}); {hint}")
+    }
+
+    /// Runs a query expected to give at most one number (a vector of zero or one sample, as
+    /// `sum(…)` does). `None` when the vector is empty (no series: no data).
+    ///
+    /// # Errors
+    /// As [`PromClient::query`]; also when the vector has several samples, and when the value
+    /// is NaN or infinite: invalid data, which a sum of `increase()` never yields from sane
+    /// counters, so it is reported rather than read as "no data".
     pub async fn single(&self, promql: &str, time: Option<f64>) -> Result<Option<f64>, SloError> {
-        match self.query(promql, time).await? {
-            QueryResult::Scalar(v) => Ok(Some(v)),
-            QueryResult::Vector(v) if v.is_empty() => Ok(None),
-            QueryResult::Vector(v) if v.len() == 1 => Ok(Some(v[0].value)),
-            QueryResult::Vector(v) => Err(self.err(format!(
-                "expected one sample, got {} — query: {promql}",
-                v.len()
+        let v = self.query(promql, time).await?;
+        match v.as_slice() {
+            [] => Ok(None),
+            [s] if s.value.is_finite() => Ok(Some(s.value)),
+            [s] => Err(self.err(format!(
+                "invalid data: the query returned {} (expected a finite number); query: {promql}",
+                s.value
             ))),
-            QueryResult::Other(t) => Err(self.err(format!(
-                "expected an instant vector, got {t} — query: {promql}"
+            _ => Err(self.err(format!(
+                "expected one sample, got {}; query: {promql}",
+                v.len()
             ))),
         }
     }
@@ -245,17 +170,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn values_and_urls() {
-        assert!(parse_value("NaN").unwrap().is_nan());
-        assert_eq!(parse_value("+Inf"), Some(f64::INFINITY));
-        assert_eq!(parse_value("0.25"), Some(0.25));
-        assert_eq!(parse_value("x"), None);
-        let e = PromClient::new("https://p:9090", Duration::from_secs(1))
+    fn urls_are_shown_without_credentials_or_query() {
+        let e = PromClient::new("https://u:secret@p:9090?token=abc", Duration::from_secs(1))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("https is not supported"), "{e}");
+        assert!(
+            e.starts_with("Prometheus at https://p:9090: expected http://"),
+            "{e}"
+        );
+        assert!(!e.contains("secret") && !e.contains("abc"), "{e}");
         assert!(PromClient::new("p:9090", Duration::from_secs(1)).is_err());
-        let c = PromClient::new("http://127.0.0.1:9090/", Duration::from_secs(1)).unwrap();
-        assert_eq!(c.base(), "http://127.0.0.1:9090");
+        let c = PromClient::new(
+            "http://u:secret@127.0.0.1:9090/prom/?token=abc",
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert_eq!(c.base(), "http://127.0.0.1:9090/prom");
+        let d = format!("{c:?}");
+        assert!(!d.contains("secret") && !d.contains("abc"), "{d}");
     }
 }
