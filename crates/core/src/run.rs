@@ -219,7 +219,9 @@ pub struct LevelResult {
     pub level_outcomes: BTreeMap<String, u64>,
     /// Latency per signal name (`ttft`, `itl`, `tpot`, `e2e`).
     pub latency: BTreeMap<String, LatencySummary>,
-    /// Completed requests per second.
+    /// Completed requests (`stop` or `length`) per second over the measurement window: from the
+    /// engine's `vllm:request_success_total` when its metrics were scraped (every request that
+    /// finished in the window, whenever it started), else the client's window-started successes.
     pub request_rate_per_s: f64,
     /// Output tokens per second (from usage).
     pub output_tokens_per_s: f64,

@@ -106,18 +106,29 @@ fn level_detail(o: &mut String, l: &LevelResult) {
         ));
     }
     let outcomes: Vec<String> = l.outcomes.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let outcomes = if outcomes.is_empty() {
+        "no request started in the window".to_string()
+    } else {
+        outcomes.join(", ")
+    };
     o.push_str(&format!(
-        "\nOutcomes: {}. Window: {}.\n",
-        outcomes.join(", "),
+        "\nOutcomes of the requests started in the window: {outcomes}. Window: {}.\n",
         esc(&l.window_note)
     ));
-    o.push_str(&format!(
-        "Tokens: prompt {} requested / {} realised; output cap {} / {} realised.\n",
-        l.tokens.prompt_requested,
-        l.tokens.prompt_realised,
-        l.tokens.output_cap_requested,
-        l.tokens.output_realised
-    ));
+    let t = &l.tokens;
+    let finished: u64 = ["stop", "length"]
+        .iter()
+        .filter_map(|k| l.outcomes.get(*k))
+        .sum();
+    if finished == 0 {
+        // Usage arrives with a request's last chunk: none of the window's requests finished.
+        o.push_str("Tokens: no request of the window finished within it and its drain, so none reported usage (answers outlast the window; lengthen --measure to compare requested and realised tokens).\n");
+    } else {
+        o.push_str(&format!(
+            "Tokens (requests with usage): prompt {} requested / {} realised; output cap {} / {} realised.\n",
+            t.prompt_requested, t.prompt_realised, t.output_cap_requested, t.output_realised
+        ));
+    }
     // Send lag only means something in open loop (a closed loop sends when a slot frees).
     let lag = if l.mode == headroom_core::run::LoadMode::Rate {
         format!(
@@ -228,6 +239,40 @@ mod tests {
         run.phases[0].levels[1].histograms = "histograms/L007.json".into();
         let s = super::render(&run);
         assert_eq!(s.matches("--level 7`").count(), 1, "{s}");
+    }
+
+    /// A level whose requests all outlasted the window says so instead of printing zero tokens
+    /// as if they had been counted, and an empty outcome list reads as such.
+    #[test]
+    fn a_level_with_no_finished_request_says_why_it_has_no_token_counts() {
+        let mut run = crate::testdata::run();
+        let l = &mut run.phases[0].levels[0];
+        l.tokens = Default::default();
+        l.outcomes.clear();
+        run.phases[0].levels[1].outcomes = [("client_cancel".to_string(), 25u64)].into();
+        run.phases[0].levels[2].tokens.prompt_realised = 4321;
+        let s = super::render(&run);
+        assert!(
+            s.contains("Tokens: no request of the window finished within it and its drain"),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "Outcomes of the requests started in the window: no request started in the window."
+            ),
+            "{s}"
+        );
+        assert_eq!(
+            s.matches("Tokens: no request of the window finished")
+                .count(),
+            2,
+            "{s}"
+        );
+        // The level with finished requests keeps its counts.
+        assert!(
+            s.contains("Tokens (requests with usage): prompt 0 requested / 4321 realised"),
+            "{s}"
+        );
     }
 
     /// The banner of a stopped run names the levels that were cut short and never says they

@@ -833,6 +833,16 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
         .filter(|(k, _)| k.is_success())
         .map(|(_, v)| v)
         .sum();
+    // Completed requests per second: the engine's own count of requests that finished with
+    // `stop` or `length` during the measurement window (whenever they started), as for tokens;
+    // else the client's window-started successes. With answers longer than the window, hardly
+    // any window-started request finishes inside it, and the client's figure reads ~0.
+    let server_req_per_s = windows.as_ref().and_then(|(_, meas)| {
+        let d = meas.duration_s()?;
+        let done = meas.counter_key(headroom_signals::Signal::RequestsFinished, "stop")?
+            + meas.counter_key(headroom_signals::Signal::RequestsFinished, "length")?;
+        (d > 0.0).then(|| done / d)
+    });
     let window_note = if rec.interrupted {
         "interrupted: the window was cut short".to_string()
     } else {
@@ -850,7 +860,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
             .iter()
             .map(|s| (s.name().to_string(), total.summary(*s)))
             .collect(),
-        request_rate_per_s: successes as f64 / window_s,
+        request_rate_per_s: server_req_per_s.unwrap_or(successes as f64 / window_s),
         output_tokens_per_s: server_tok_per_s
             .unwrap_or(total.tokens.output_realised as f64 / window_s),
         goodput_per_s: total.goodput as f64 / window_s,
