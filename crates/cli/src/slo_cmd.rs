@@ -85,16 +85,26 @@ struct SliArgs {
     /// Histograms latency SLIs are computed from.
     #[arg(long, value_enum, default_value = "vllm")]
     latency_source: SourceArg,
-    /// What to do with a latency threshold that is not a bucket bound.
-    #[arg(long, value_enum, default_value = "refuse")]
-    off_bucket: OffBucketArg,
+    /// What to do with a latency threshold that is not a bucket bound (default: refuse; with
+    /// the built-in SLO, i.e. without --slo, snap-down with a warning).
+    #[arg(long, value_enum)]
+    off_bucket: Option<OffBucketArg>,
     /// Leave HTTP 5xx (`http_requests_total`) out of the error SLI.
     #[arg(long)]
     no_http_errors: bool,
 }
 
+/// Said once when the built-in SLO's thresholds are snapped by default (no --slo, no
+/// --off-bucket): its TTFT p95 < 300 ms, kept from the seed guides for the sweep demo, lies
+/// between vLLM's 0.25 s and 0.5 s buckets.
+const BUILTIN_SNAP_NOTE: &str = "no --slo given: the built-in SLO's latency thresholds that are not vLLM bucket bounds are snapped to the nearest stricter bound (an objective at least as strict as written); to choose otherwise pass --off-bucket snap-up or --off-bucket refuse, --latency-source gateway (exact thresholds, measured at the Headroom gateway), or --slo FILE with bucket-bound thresholds";
+
 impl SliArgs {
-    fn options(&self) -> Result<SliOptions> {
+    /// The SLI options; `builtin` is true when the SLO is the built-in one (no `--slo`), where
+    /// an off-bucket threshold is snapped down unless `--off-bucket` says otherwise (an explicit
+    /// `--slo` file is refused by default). The second value is the note to print when that
+    /// default applies.
+    fn options(&self, builtin: bool) -> Result<(SliOptions, Option<&'static str>)> {
         let common = self
             .matchers
             .iter()
@@ -108,19 +118,22 @@ impl SliArgs {
         if self.no_http_errors {
             selectors.http = None;
         }
-        Ok(SliOptions {
+        let options = SliOptions {
             selectors,
             latency_source: match self.latency_source {
                 SourceArg::Vllm => LatencySource::Vllm,
                 SourceArg::Gateway => LatencySource::Gateway,
             },
             off_bucket: match self.off_bucket {
-                OffBucketArg::Refuse => OffBucket::Refuse,
-                OffBucketArg::SnapUp => OffBucket::SnapUp,
-                OffBucketArg::SnapDown => OffBucket::SnapDown,
+                None if builtin => OffBucket::SnapDown,
+                None | Some(OffBucketArg::Refuse) => OffBucket::Refuse,
+                Some(OffBucketArg::SnapUp) => OffBucket::SnapUp,
+                Some(OffBucketArg::SnapDown) => OffBucket::SnapDown,
             },
             classes: (!self.classes.is_empty()).then(|| self.classes.clone()),
-        })
+        };
+        let note = (builtin && self.off_bucket.is_none()).then_some(BUILTIN_SNAP_NOTE);
+        Ok((options, note))
     }
 }
 
@@ -271,6 +284,15 @@ fn named(origin: &str, e: SloError) -> anyhow::Error {
     anyhow!("{origin}: {e}{hint}")
 }
 
+/// Puts `note` before the warnings when a threshold was actually snapped.
+fn add_note(r: &mut Rendered, note: Option<&str>) {
+    if let Some(n) = note
+        && r.warnings.iter().any(|w| w.contains("(snapped "))
+    {
+        r.warnings.insert(0, n.to_owned());
+    }
+}
+
 fn emit(r: Rendered, out: Option<&Path>) -> Result<()> {
     for w in &r.warnings {
         eprintln!("warning: {w}");
@@ -314,8 +336,9 @@ pub async fn run(a: SloArgs) -> Result<i32> {
                     for_: r.queue_alert_for.clone(),
                 })
             };
+            let (sli, note) = r.sli.options(r.io.slo.is_none())?;
             let opts = RulesOptions {
-                sli: r.sli.options()?,
+                sli,
                 dead_tiers: if r.refuse_dead_tiers {
                     DeadTiers::Refuse
                 } else {
@@ -326,7 +349,8 @@ pub async fn run(a: SloArgs) -> Result<i32> {
                 labels,
                 ..RulesOptions::default()
             };
-            let out = headroom_slo::rules(&slo, &opts).map_err(|e| named(&origin, e))?;
+            let mut out = headroom_slo::rules(&slo, &opts).map_err(|e| named(&origin, e))?;
+            add_note(&mut out, note);
             emit(out, r.io.out.as_deref())?;
         }
         SloCommand::Dashboard(d) => {
@@ -380,18 +404,20 @@ pub async fn run(a: SloArgs) -> Result<i32> {
                 .ok_or_else(|| {
                     anyhow!("--timeout {:?}: expected a duration such as 30s", b.timeout)
                 })?;
+            let (sli, note) = b.sli.options(b.io.slo.is_none())?;
             let opts = BudgetOptions {
-                sli: b.sli.options()?,
+                sli,
                 at: b.at,
                 timeout,
                 ..BudgetOptions::default()
             };
-            let out = headroom_slo::budget_report(&b.prometheus, &slo, &opts)
+            let mut out = headroom_slo::budget_report(&b.prometheus, &slo, &opts)
                 .await
                 .map_err(|e| match e {
                     e @ SloError::Prometheus { .. } => anyhow!("{e}"),
                     e => named(&origin, e),
                 })?;
+            add_note(&mut out, note);
             emit(out, b.io.out.as_deref())?;
         }
         SloCommand::Import(i) => {

@@ -151,10 +151,89 @@ fn rules_off_bucket_threshold_is_a_clear_error() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("le=\"0.5\""), "{}", stdout(&o));
     assert!(stderr(&o).contains("warning:"), "{}", stderr(&o));
-    // the built-in SLO's TTFT p95 300 ms is off-bucket too: the default refuses
-    let o = headroom(&["slo", "rules"]);
+    // --off-bucket refuse is honoured with the built-in SLO too
+    let o = headroom(&["slo", "rules", "--off-bucket", "refuse"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("built-in slo.yaml"), "{}", stderr(&o));
+}
+
+/// The built-in SLO (no --slo) keeps the seed guides' TTFT p95 < 300 ms, which lies between
+/// vLLM's 0.25 s and 0.5 s TTFT buckets; its ITL 50 ms and queue-time 300 ms are bounds. Without
+/// --off-bucket, `slo rules` and `slo budget` snap TTFT to 250 ms (the stricter bound) and say
+/// so on stderr; the same SLO given as an explicit --slo file is still refused.
+#[test]
+fn builtin_slo_snaps_to_the_stricter_bound_with_a_warning() {
+    let o = headroom(&["slo", "rules"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("warning: no --slo given"), "{e}");
+    assert!(
+        e.contains("--off-bucket snap-up"),
+        "says how to choose otherwise: {e}"
+    );
+    assert!(
+        e.contains("objectives.*.ttft.p95: threshold 300 ms is not a bucket bound"),
+        "{e}"
+    );
+    assert!(e.contains("using 250 ms (snapped down"), "{e}");
+    // exactly one snap: ITL 0.05 and queue time 0.3 are bounds
+    assert_eq!(e.matches("(snapped ").count(), 1, "{e}");
+    let text = stdout(&o);
+    assert!(
+        text.contains("vllm:time_to_first_token_seconds_bucket{le=\"0.25\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("vllm:request_queue_time_seconds_bucket{le=\"0.3\"}"),
+        "{text}"
+    );
+    if let Some(pt) = promtool() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(dir.path(), "builtin.yml", &text);
+        let c = Command::new(pt)
+            .args(["check", "rules"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(
+            c.status.success(),
+            "promtool check rules failed:\n{}\n{}",
+            String::from_utf8_lossy(&c.stdout),
+            String::from_utf8_lossy(&c.stderr)
+        );
+    }
+    // snap-up on request: 500 ms, no default note
+    let o = headroom(&["slo", "rules", "--off-bucket", "snap-up"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("no --slo given"), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("vllm:time_to_first_token_seconds_bucket{le=\"0.5\"}"),
+        "{}",
+        stdout(&o)
+    );
+    // the same SLO as an explicit file is refused by default
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "slo.yaml", headroom_core::slo::DEFAULT_SLO_YAML);
+    let o = headroom(&["slo", "rules", "--slo", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains("not a bucket bound"), "{}", stderr(&o));
+    // slo budget gets past the SLI (and fails only on the unreachable Prometheus)
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let o = headroom(&[
+        "slo",
+        "budget",
+        "--prometheus",
+        &format!("http://127.0.0.1:{port}"),
+        "--timeout",
+        "2s",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let e = stderr(&o);
+    assert!(!e.contains("not a bucket bound of"), "{e}");
+    assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
 }
 
 #[test]
