@@ -369,3 +369,85 @@ fn a_huge_gpu_builds_its_pool_lazily() {
         t.elapsed()
     );
 }
+
+#[test]
+fn custom_preset_errors_give_file_line_and_column() {
+    let dir = std::env::temp_dir().join(format!("headroom-sim-located-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = Dir(dir.clone());
+    let spec = |model: &Path| SimSpec {
+        model: "tiny".into(),
+        custom_model_file: Some(model.to_path_buf()),
+        ..SimSpec::default()
+    };
+    // model_yaml: line 1 `tiny:`, 2 hf_name, 3 tie_word_embeddings, then MODEL in order:
+    // num_layers on line 4, head_dim on 8, params_total on 11; values start at column 3 + len + 2.
+    let cases = [
+        (
+            "head_dim",
+            "4000000000",
+            8,
+            13,
+            "invalid `model tiny: head_dim`: expected a whole number from 1 to 65536, got 4000000000",
+        ),
+        (
+            "params_total",
+            ".inf",
+            11,
+            17,
+            "invalid `model tiny: params_total`: expected a parameter count above 0 and at most 1e15, got inf",
+        ),
+        (
+            "params_total",
+            ".nan",
+            11,
+            17,
+            "invalid `model tiny: params_total`: expected a parameter count above 0 and at most 1e15, got NaN",
+        ),
+        (
+            "num_layers",
+            "0",
+            4,
+            15,
+            "invalid `model tiny: num_layers`: expected a whole number from 1 to 10000, got 0",
+        ),
+    ];
+    for (field, value, line, col, msg) in cases {
+        let p = write(&dir, "m.yaml", &model_yaml(Some((field, value))));
+        let e = spec(&p).resolve().unwrap_err();
+        assert_eq!(e.field, format!("model tiny: {field}"));
+        let shown = e.to_string();
+        let head = format!("{}:{line}:{col}: {msg}", p.display());
+        assert!(shown.starts_with(&head), "{shown}\nwanted {head}");
+        assert!(
+            shown.contains(&format!("{line} |   {field}: {value}")),
+            "{shown}"
+        );
+    }
+    // A value the parser refuses (a negative u32) is placed by the parser.
+    let p = write(&dir, "m.yaml", &model_yaml(Some(("num_layers", "-1"))));
+    let e = spec(&p).resolve().unwrap_err();
+    assert_eq!(e.field, "custom_model_file");
+    let shown = e.to_string();
+    assert!(
+        shown.starts_with(&format!("{}:4:15: invalid u32", p.display())),
+        "{shown}"
+    );
+    // GPU presets too: idle_w above tdp_w (line of idle_w: 5 header lines... see gpu_yaml).
+    let g = write(&dir, "g.yaml", &gpu_yaml(Some(("idle_w", "500"))));
+    let e = SimSpec {
+        gpu: "testgpu".into(),
+        custom_gpu_file: Some(g.clone()),
+        ..SimSpec::default()
+    }
+    .resolve()
+    .unwrap_err();
+    // gpu_yaml: 4 header lines, then GPU in order; idle_w is the 6th entry → line 10, column 11.
+    assert!(
+        e.to_string().starts_with(&format!(
+            "{}:10:11: invalid `gpu testgpu: idle_w`: expected 0 ≤ idle_w < tdp_w (450), got 500",
+            g.display()
+        )),
+        "{e}"
+    );
+}

@@ -22,13 +22,18 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 /// An invalid configuration: which field (or file) is wrong and what was expected.
 ///
-/// Display form: ``invalid `gpu`: unknown gpu 'a10'; expected one of a10g, l4, …``.
+/// Display form: ``invalid `gpu`: unknown gpu 'a10'; expected one of a10g, l4, …``; for a value
+/// read from a custom preset file, ``FILE:LINE:COL: invalid `model tiny: head_dim`: …`` followed
+/// by the offending line and a caret (as [`headroom_core::yaml::YamlError`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// The field (or `file: field`) that is wrong, e.g. `gpu`, `tensor_parallel`.
     pub field: String,
     /// What is wrong and what was expected.
     pub message: String,
+    /// The whole error rendered at its place in a file (`FILE:LINE:COL: …` and the quoted line),
+    /// when the value came from one; `Display` shows this instead of the short form.
+    pub located: Option<String>,
 }
 
 impl ConfigError {
@@ -36,13 +41,27 @@ impl ConfigError {
         ConfigError {
             field: field.into(),
             message: message.into(),
+            located: None,
         }
+    }
+
+    /// The same error, placed at `location` (1-based line, column) of `text` read from `path`.
+    fn at(mut self, path: &Path, text: &str, location: Option<(u64, u64)>) -> Self {
+        if location.is_some() {
+            let short = format!("invalid `{}`: {}", self.field, self.message);
+            self.located =
+                Some(headroom_core::yaml::YamlError::at(path, text, location, short).to_string());
+        }
+        self
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid `{}`: {}", self.field, self.message)
+        match &self.located {
+            Some(l) => f.write_str(l),
+            None => write!(f, "invalid `{}`: {}", self.field, self.message),
+        }
     }
 }
 
@@ -386,6 +405,64 @@ fn read_custom(path: &Path, field: &str) -> Result<String, ConfigError> {
         .map_err(|e| ConfigError::new(field, format!("cannot read '{}': {e}", path.display())))
 }
 
+/// Reads a custom preset file; parse errors carry `FILE:LINE:COL` ([`headroom_core::yaml`]).
+fn load_custom<T: for<'de> Deserialize<'de>>(
+    path: &Path,
+    field: &str,
+) -> Result<(BTreeMap<String, T>, String), ConfigError> {
+    let text = read_custom(path, field)?;
+    let presets =
+        headroom_core::yaml::parse_yaml::<BTreeMap<String, T>>(&text, path).map_err(|e| {
+            let mut err = ConfigError::new(
+                field,
+                format!(
+                    "cannot parse '{}': {}; expected a YAML mapping of preset name to fields",
+                    path.display(),
+                    e.message
+                ),
+            );
+            err.located = Some(format!(
+                "{e}\n(in {field}: expected a YAML mapping of preset name to fields)"
+            ));
+            err
+        })?;
+    Ok((presets, text))
+}
+
+/// Places a preset check error (`field` = `gpu NAME: FIELD` or `model NAME: FIELD`) at the value
+/// of that field in the custom file `text`: the first `FIELD:` line inside the block of the
+/// top-level key `NAME:`. Unchanged when not found (a built-in preset, an alias, flow style).
+fn locate(e: ConfigError, path: &Path, text: &str, preset: &str) -> ConfigError {
+    let Some((_, key)) = e.field.split_once(": ") else {
+        return e;
+    };
+    let mut in_block = false;
+    let mut place = None;
+    for (i, line) in text.lines().enumerate() {
+        let body = line.trim_start();
+        let indent = line.len() - body.len();
+        if body.is_empty() || body.starts_with('#') {
+            continue;
+        }
+        if indent == 0 {
+            let name = body
+                .split(':')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .trim_matches(['"', '\'']);
+            in_block = name.eq_ignore_ascii_case(preset);
+            continue;
+        }
+        if in_block && let Some(rest) = body.strip_prefix(key).and_then(|r| r.strip_prefix(':')) {
+            let value_at = indent + key.len() + 1 + (rest.len() - rest.trim_start().len());
+            place = Some((i as u64 + 1, value_at as u64 + 1));
+            break;
+        }
+    }
+    e.at(path, text, place)
+}
+
 /// The built-in GPU presets, by canonical name.
 pub fn builtin_gpus() -> BTreeMap<String, GpuPreset> {
     // The embedded file is covered by tests; a parse failure here is a build defect.
@@ -623,24 +700,32 @@ impl SimSpec {
     /// request, `max_num_batched_tokens < max_num_seqs`, an unreadable or malformed custom file.
     pub fn resolve(&self) -> Result<EngineConfig, ConfigError> {
         let mut gpus = builtin_gpus();
+        let mut custom_gpu = None;
         if let Some(p) = &self.custom_gpu_file {
-            let text = read_custom(p, "custom_gpu_file")?;
-            let extra: BTreeMap<String, GpuPreset> =
-                parse_presets(&text, &format!("'{}'", p.display()), "custom_gpu_file")?;
+            let (extra, text) = load_custom::<GpuPreset>(p, "custom_gpu_file")?;
+            custom_gpu = Some(text);
             gpus.extend(extra.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)));
         }
         let mut models = builtin_models();
+        let mut custom_model = None;
         if let Some(p) = &self.custom_model_file {
-            let text = read_custom(p, "custom_model_file")?;
-            let extra: BTreeMap<String, ModelPreset> =
-                parse_presets(&text, &format!("'{}'", p.display()), "custom_model_file")?;
+            let (extra, text) = load_custom::<ModelPreset>(p, "custom_model_file")?;
+            custom_model = Some(text);
             models.extend(extra.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)));
         }
         let (gpu_name, gpu) = lookup(&gpus, |g: &GpuPreset| &g.aliases, &self.gpu, "gpu")?;
-        check_gpu(&gpu_name, &gpu)?;
+        check_gpu(&gpu_name, &gpu).map_err(|e| match (&self.custom_gpu_file, &custom_gpu) {
+            (Some(p), Some(text)) => locate(e, p, text, &gpu_name),
+            _ => e,
+        })?;
         let (model_name, model) =
             lookup(&models, |m: &ModelPreset| &m.aliases, &self.model, "model")?;
-        check_model(&model_name, &model)?;
+        check_model(&model_name, &model).map_err(|e| {
+            match (&self.custom_model_file, &custom_model) {
+                (Some(p), Some(text)) => locate(e, p, text, &model_name),
+                _ => e,
+            }
+        })?;
 
         let dtype = match self.dtype.trim().to_ascii_lowercase().as_str() {
             "bf16" | "bfloat16" | "auto" => WeightDtype::Bf16,
