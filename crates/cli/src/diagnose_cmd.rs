@@ -348,6 +348,61 @@ fn measurement_window_only(l: &mut Loaded, starts: &[f64]) {
     l.dcgm.retain(keep);
 }
 
+/// What the sweep recorded for one level of a run directory: the phase it belongs to and the
+/// level's own results, so `diagnose --from RUN_DIR --level N` judges the level as the sweep did.
+struct SweptLevel {
+    /// Phase name: the class swept alone, or `mix`.
+    phase: String,
+    /// More than one class in the phase.
+    mix: bool,
+    level: headroom_core::run::LevelResult,
+    /// Share of the phase's requests (by weight) sent with `ignore_eos`, from the run's
+    /// workload.yaml; `None` when it cannot be read.
+    ignore_eos_share: Option<f64>,
+}
+
+/// The level whose histogram file is `histograms/L{index:03}.json` in the run's results.json,
+/// with its phase. `None` when results.json is missing, unreadable or has no such level.
+fn swept_level(run_dir: &Path, index: u32) -> Option<SweptLevel> {
+    let text = std::fs::read_to_string(run_dir.join("results.json")).ok()?;
+    let run: headroom_core::run::RunResult = serde_json::from_str(&text).ok()?;
+    let want = format!("L{index:03}.json");
+    let (phase, level) = run.phases.iter().find_map(|p| {
+        p.levels
+            .iter()
+            .find(|l| l.histograms.rsplit('/').next() == Some(want.as_str()))
+            .map(|l| (p, l.clone()))
+    })?;
+    let ignore_eos_share = std::fs::read_to_string(run_dir.join("workload.yaml"))
+        .ok()
+        .and_then(|t| {
+            headroom_load::workload::Workload::parse(&t, &run_dir.join("workload.yaml"), run_dir)
+                .ok()
+        })
+        .map(|w| {
+            let flag = |name: &str| {
+                w.spec
+                    .classes
+                    .iter()
+                    .any(|c| c.name == name && c.ignore_eos)
+            };
+            let total: f64 = phase.classes.iter().map(|(_, wt)| wt).sum();
+            let eos: f64 = phase
+                .classes
+                .iter()
+                .filter(|(n, _)| flag(n))
+                .map(|(_, wt)| wt)
+                .sum();
+            if total > 0.0 { eos / total } else { 0.0 }
+        });
+    Some(SweptLevel {
+        phase: phase.name.clone(),
+        mix: phase.classes.len() > 1,
+        level,
+        ignore_eos_share,
+    })
+}
+
 fn source_of(r: &Read) -> DiagnosisSource {
     let w = &r.window;
     DiagnosisSource {
@@ -436,7 +491,8 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
         }
         _ => None,
     };
-    let spec = load_slo(a.slo.as_deref().or(run_slo.as_deref()), &a.class)?;
+    let slo_path = a.slo.as_deref().or(run_slo.as_deref());
+    let spec = load_slo(slo_path, &a.class)?;
     let reads = read_windows(&a, &sel).await?;
     let mut ds = Vec::new();
     for r in &reads {
@@ -448,10 +504,42 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
         for d in &r.window.data_warnings {
             eprintln!("warning: {d}");
         }
+        // A sweep level: judged as the sweep judged it — its phase's class objectives, and the
+        // client's measurements of the window as the record (the engine's histograms cannot
+        // tell the window's requests from the warm-up's) — with the engine's view re-read.
+        let swept = match (r.kind, r.level, a.from.as_slice()) {
+            ("run_dir", Some(i), [dir]) => swept_level(Path::new(dir), i),
+            _ => None,
+        };
+        let (class, spec, client) = match &swept {
+            Some(sl) => {
+                let class = if a.class == "*" && !sl.mix {
+                    sl.phase.clone()
+                } else {
+                    a.class.clone()
+                };
+                let client = headroom_diagnose::ClientView {
+                    // The mix's objectives are per class (`class/ttft_p95`); the engine's
+                    // series cannot be split by class, so the mix is judged on the engine alone.
+                    objectives: if sl.mix {
+                        Vec::new()
+                    } else {
+                        sl.level.objectives.clone()
+                    },
+                    health: Some(sl.level.client.clone()),
+                    requests_finished: None,
+                    output_tokens: None,
+                    workload_drift: None,
+                    ignore_eos_share: sl.ignore_eos_share,
+                };
+                (class.clone(), load_slo(slo_path, &class)?, Some(client))
+            }
+            None => (a.class.clone(), spec.clone(), None),
+        };
         ds.push(Diagnosis {
             source: source_of(r),
-            class: a.class.clone(),
-            assessment: headroom_diagnose::assess(&r.window, None, &spec),
+            class,
+            assessment: headroom_diagnose::assess(&r.window, client.as_ref(), &spec),
         });
     }
     let text = match a.format {

@@ -1158,3 +1158,92 @@ fn prometheus_urls_are_joined_and_never_shown_with_secrets() {
         &["--range", "longer than 90 days"],
     );
 }
+
+/// `diagnose --from RUN_DIR --level N` judges a sweep level as the sweep did: the phase's own
+/// class objectives (not `*`), and the client's measurements of the window as the record for
+/// every objective the sweep decided — so a level the sweep passed is not failed by an engine
+/// histogram that also holds the warm-up's requests (a new user saw queue time PASS in the sweep
+/// and FAIL in diagnose). The mix, whose engine series cannot be split by class, keeps `*`.
+#[test]
+fn a_swept_level_is_diagnosed_with_its_class_and_the_sweeps_verdicts() {
+    let dir = tempdir();
+    let wl = write(
+        dir.path(),
+        "w.yaml",
+        "load: {mode: concurrency, levels: [2]}\nclasses:\n  - {name: short, weight: 3, prompt_tokens: {fixed: 16}, max_tokens: {fixed: 8}, ignore_eos: true}\n  - {name: long, weight: 1, prompt_tokens: {fixed: 64}, max_tokens: {fixed: 8}, ignore_eos: true}\n",
+    );
+    let slo = write(
+        dir.path(),
+        "slo.yaml",
+        "objectives:\n  \"*\": {ttft: {p50: 2s}, queue_time: {p50: 300ms}, error_rate: 5%}\n  long: {ttft: {p50: 3s}, queue_time: {p50: 300ms}, error_rate: 5%}\n",
+    );
+    let run = dir.path().join("run");
+    let o = headroom(&[
+        "sweep",
+        "--workload",
+        wl.to_str().unwrap(),
+        "--slo",
+        slo.to_str().unwrap(),
+        "--warmup",
+        "0.5",
+        "--measure",
+        "1.5",
+        "--seed",
+        "3",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    let phases = results["phases"].as_array().unwrap();
+    let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["short", "long", "mix"]);
+    for p in phases {
+        let name = p["name"].as_str().unwrap();
+        let level = &p["levels"][0];
+        let idx: u32 = level["histograms"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("histograms/L")
+            .trim_end_matches(".json")
+            .parse()
+            .unwrap();
+        let o = headroom(&[
+            "diagnose",
+            "--from",
+            run.to_str().unwrap(),
+            "--level",
+            &idx.to_string(),
+            "--format",
+            "json",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let v = json(&o);
+        if name == "mix" {
+            assert_eq!(v["class"], "*");
+            continue;
+        }
+        assert_eq!(v["class"], name);
+        let want = if name == "long" { 3.0 } else { 2.0 };
+        let ttft = v["objectives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["id"] == "ttft_p50")
+            .expect("ttft_p50 judged");
+        assert_eq!(ttft["threshold"], want, "{name}: {ttft}");
+        // Every objective the sweep decided has the sweep's verdict, value and sample count.
+        for swept in level["objectives"].as_array().unwrap() {
+            let got = v["objectives"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|o| o["id"] == swept["id"])
+                .unwrap_or_else(|| panic!("{name}: {} not judged: {v}", swept["id"]));
+            for field in ["verdict", "observed", "samples"] {
+                assert_eq!(got[field], swept[field], "{name} {}: {field}", swept["id"]);
+            }
+        }
+    }
+}
