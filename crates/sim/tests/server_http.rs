@@ -943,7 +943,10 @@ async fn post_get_metrics(a: SocketAddr) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wall_clock_steps_keep_the_modelled_timeline() {
     bounded(async {
-        let srv = start(spec(1.0), Faults::default(), None).await;
+        // Steps a quarter of the A10G preset's (~4 ms): tokio's ~1 ms rounding, if it added up,
+        // would be +12–25 %, far outside the tolerance below, while a host busy enough to wake
+        // the driver more than 50 ms late (which restarts the timeline) stays rare.
+        let srv = start(spec(0.25), Faults::default(), None).await;
         let n_tokens = 150u64;
         let body = serde_json::json!({
             "model": "tiny", "prompt": "hello there", "max_tokens": n_tokens,
@@ -973,7 +976,7 @@ async fn wall_clock_steps_keep_the_modelled_timeline() {
             step_s
         );
         assert!(
-            excess.abs() < 0.02,
+            excess.abs() < 0.08,
             "tokens arrive {:+.2} % off the modelled step",
             excess * 100.0
         );
