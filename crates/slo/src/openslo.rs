@@ -10,6 +10,18 @@
 //!   or `lte` and `value: T` → `<signal>: {p<q×100>: T}`; its `target` (a share of good time
 //!   slices) becomes `budget.target`.
 //!
+//! Each query must have the shape that counts exactly what `slo.yaml` counts: a counter as
+//! `sum(rate(<series>{…}[w]))` (or `increase`, `sum by (<class label>)`, `rate` alone, or the
+//! bare counter), a quantile as `histogram_quantile(q, sum by (le) (rate(<histogram>_bucket{…}[w])))`.
+//! Good (or bad) and total must select the same series except for the one matcher that splits
+//! them (`le`, `finished_reason`), and an error ratio's total must not filter `finished_reason`.
+//! Arithmetic (`1 - sum(…)`), other functions and aggregations, groupings by other labels,
+//! `offset` and `@`, a regex or negative class matcher, a second objective for the same class,
+//! signal and percentile, and a target or quantile outside p1–p99.99 (or with more than three
+//! decimals of a percent) are refused at the OpenSLO path (`openslo[0].spec.indicator.spec.…`)
+//! with the reason. Other matchers (`job="vllm"`) are not part of `slo.yaml`: a warning gives
+//! the `--match` flags that carry them.
+//!
 //! The class is the value of the equality matcher on `class_label` (`model_name`, or `class` on
 //! gateway series) in the query, else `"*"`. The SLO's `timeWindow` becomes `budget.window` and
 //! must be rolling and a Prometheus duration. Everything else (raw ratios, gauges,
@@ -24,8 +36,7 @@ use crate::promql::{fmt_float, parse_prom_duration};
 use headroom_core::LatencySignal;
 use headroom_core::slo::{ClassObjectives, PctKey, SloFile};
 use promql_parser::label::MatchOp;
-use promql_parser::parser::{Expr, parse};
-use promql_parser::util::{ExprVisitor, walk_expr};
+use promql_parser::parser::{AggregateExpr, Expr, LabelModifier, VectorSelector, parse};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -130,63 +141,240 @@ struct ObjectiveDoc {
     indicator_ref: Option<String>,
 }
 
-/// One vector selector found in a query: metric name and its matchers.
+/// The one vector selector of a query: metric name and its matchers (`__name__` folded into
+/// the name).
 struct Sel {
     name: String,
     matchers: Vec<(String, MatchOp, String)>,
 }
 
-struct Collect(Vec<Sel>);
-
-impl ExprVisitor for Collect {
-    type Error = ();
-    fn pre_visit(&mut self, e: &Expr) -> Result<bool, ()> {
-        let vs = match e {
-            Expr::VectorSelector(v) => Some(v),
-            Expr::MatrixSelector(m) => Some(&m.vs),
-            _ => None,
-        };
-        if let Some(v) = vs {
-            let mut matchers = Vec::new();
-            let mut name = v.name.clone();
-            for m in &v.matchers.matchers {
-                if m.name == "__name__" {
-                    name = Some(m.value.clone());
-                } else {
-                    matchers.push((m.name.clone(), m.op.clone(), m.value.clone()));
-                }
-            }
-            if let Some(name) = name {
-                self.0.push(Sel { name, matchers });
-            }
-        }
-        Ok(true)
+impl Sel {
+    /// Matchers other than on `label`, as comparable text (`job="vllm"`), sorted.
+    fn others(&self, skip: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .matchers
+            .iter()
+            .filter(|(n, _, _)| !skip.contains(&n.as_str()))
+            .map(|(n, op, v)| format!("{n}{op}{}", crate::promql::quote(v)))
+            .collect();
+        v.sort();
+        v
     }
 }
 
-fn selectors(query: &str, field: &str) -> Result<(Expr, Sel), SloError> {
-    let expr = parse(query).map_err(|e| {
-        SloError::invalid(field, format!("query is not valid PromQL ({e}): {query}"))
+fn parse_query(query: &str, field: &str) -> Result<Expr, SloError> {
+    parse(query)
+        .map_err(|e| SloError::invalid(field, format!("query is not valid PromQL ({e}): {query}")))
+}
+
+/// What a PromQL expression is, for messages.
+fn kind_of(e: &Expr) -> String {
+    match e {
+        Expr::Aggregate(a) => format!("the aggregation {}(…)", a.op),
+        Expr::Unary(_) => "a negation (-…)".into(),
+        Expr::Binary(b) => format!("arithmetic or a comparison (… {} …)", b.op),
+        Expr::Paren(p) => kind_of(&p.expr),
+        Expr::Subquery(_) => "a subquery ([…:…])".into(),
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) => "a constant".into(),
+        Expr::VectorSelector(_) => "a bare selector".into(),
+        Expr::MatrixSelector(_) => "a range selector without a function".into(),
+        Expr::Call(c) => format!("the function {}(…)", c.func.name),
+        Expr::Extension(_) => "an extension".into(),
+    }
+}
+
+/// The selector inside `rate(…[w])` / `increase(…[w])`, refusing `offset` and `@`, which move
+/// the window away from "now" where Headroom's SLIs always look.
+fn leaf(vs: &VectorSelector, field: &str) -> Result<Sel, SloError> {
+    if vs.offset.is_some() || vs.at.is_some() {
+        return Err(SloError::invalid(
+            field,
+            "`offset` or `@` moves the window into the past; Headroom's SLIs always cover the window ending now, so the query cannot be expressed exactly",
+        ));
+    }
+    let mut name = vs.name.clone();
+    let mut matchers = Vec::new();
+    for m in &vs.matchers.matchers {
+        if m.name == "__name__" && matches!(m.op, MatchOp::Equal) {
+            name = Some(m.value.clone());
+        } else {
+            matchers.push((m.name.clone(), m.op.clone(), m.value.clone()));
+        }
+    }
+    if !vs.matchers.or_matchers.is_empty() {
+        return Err(SloError::invalid(
+            field,
+            "`or` inside a selector selects several series sets; expected one selector",
+        ));
+    }
+    let name = name.ok_or_else(|| {
+        SloError::invalid(
+            field,
+            "the selector names no metric; expected e.g. vllm:…_count{…}",
+        )
     })?;
-    let mut c = Collect(Vec::new());
-    let _ = walk_expr(&mut c, &expr);
-    let mut names: Vec<&str> = c.0.iter().map(|s| s.name.as_str()).collect();
-    names.dedup();
-    if names.len() != 1 {
+    Ok(Sel { name, matchers })
+}
+
+/// `rate(sel[w])` or `increase(sel[w])`.
+fn rate_of(e: &Expr, field: &str) -> Result<Option<Sel>, SloError> {
+    match e {
+        Expr::Paren(p) => rate_of(&p.expr, field),
+        Expr::Call(c) if matches!(c.func.name, "rate" | "increase") => {
+            match c.args.args.first().map(|a| a.as_ref()) {
+                Some(Expr::MatrixSelector(m)) if c.args.args.len() == 1 => {
+                    leaf(&m.vs, field).map(Some)
+                }
+                _ => Ok(None),
+            }
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Grouping labels of `sum by (…)` must lie within `allowed` (`sum without (…)` never does):
+/// grouping by anything else gives several ratios where `slo.yaml` has one per class.
+fn check_grouping(a: &AggregateExpr, allowed: &[&str], field: &str) -> Result<(), SloError> {
+    match &a.modifier {
+        None => Ok(()),
+        Some(LabelModifier::Include(l))
+            if l.labels.iter().all(|x| allowed.contains(&x.as_str())) =>
+        {
+            Ok(())
+        }
+        Some(m) => Err(SloError::invalid(
+            field,
+            format!(
+                "grouping {} gives one series per group; Headroom's SLI is one ratio per class, so only `sum` (or `sum by ({})`) can be expressed",
+                match m {
+                    LabelModifier::Include(l) => format!("by ({})", l.labels.join(", ")),
+                    LabelModifier::Exclude(l) => format!("without ({})", l.labels.join(", ")),
+                },
+                allowed.join(", ")
+            ),
+        )),
+    }
+}
+
+/// A counter query of a ratio metric: `sum(rate(<counter>{…}[w]))`, `sum(increase(…))`,
+/// `rate(…)` / `increase(…)` alone, or the bare counter `<counter>{…}` (OpenSLO's
+/// `counter: true` lets the tool take the rate). Anything else (arithmetic such as
+/// `1 - sum(…)`, other functions, `offset`) changes what is counted and is refused.
+fn counter_query(query: &str, field: &str, class_label: &str) -> Result<Sel, SloError> {
+    let expr = parse_query(query, field)?;
+    let expected = "expected sum(rate(<counter>{…}[<window>])) (or increase, or the bare counter)";
+    let mut e = &expr;
+    while let Expr::Paren(p) = e {
+        e = &p.expr;
+    }
+    if let Expr::VectorSelector(vs) = e {
+        return leaf(vs, field);
+    }
+    if let Some(sel) = rate_of(e, field)? {
+        return Ok(sel);
+    }
+    if let Expr::Aggregate(a) = e
+        && a.op.to_string() == "sum"
+        && a.param.is_none()
+    {
+        check_grouping(a, &[class_label], field)?;
+        if let Some(sel) = rate_of(&a.expr, field)? {
+            return Ok(sel);
+        }
+        return Err(SloError::invalid(
+            field,
+            format!("sum over {}: {expected}; query: {query}", kind_of(&a.expr)),
+        ));
+    }
+    Err(SloError::invalid(
+        field,
+        format!(
+            "{} cannot be expressed exactly: {expected}; query: {query}",
+            kind_of(e)
+        ),
+    ))
+}
+
+/// A threshold metric's query: `histogram_quantile(q, sum by (le) (rate(<histogram>_bucket{…}[w])))`
+/// (increase also accepted; grouping by `le` and the class label only). Quantiles of each
+/// series (no `sum`) or of other groupings are not the class's percentile and are refused.
+fn quantile_query(query: &str, field: &str, class_label: &str) -> Result<(f64, Sel), SloError> {
+    let expr = parse_query(query, field)?;
+    let expected =
+        "expected histogram_quantile(<q>, sum by (le) (rate(<histogram>_bucket{…}[<window>])))";
+    let mut e = &expr;
+    while let Expr::Paren(p) = e {
+        e = &p.expr;
+    }
+    let Expr::Call(c) = e else {
         return Err(SloError::invalid(
             field,
             format!(
-                "expected a query over exactly one metric, found {}: {query}",
-                if names.is_empty() {
-                    "none".to_string()
-                } else {
-                    names.join(", ")
-                }
+                "{} cannot be expressed: {expected}; query: {query}",
+                kind_of(e)
+            ),
+        ));
+    };
+    if c.func.name != "histogram_quantile" || c.args.args.len() != 2 {
+        return Err(SloError::invalid(
+            field,
+            format!(
+                "{} cannot be expressed: {expected}; query: {query}",
+                kind_of(e)
             ),
         ));
     }
-    let sel = c.0.into_iter().next().expect("one selector");
-    Ok((expr, sel))
+    let mut q_expr = c.args.args[0].as_ref();
+    while let Expr::Paren(p) = q_expr {
+        q_expr = &p.expr;
+    }
+    let Expr::NumberLiteral(q) = q_expr else {
+        return Err(SloError::invalid(
+            field,
+            format!("the quantile must be a number; {expected}; query: {query}"),
+        ));
+    };
+    let mut inner = c.args.args[1].as_ref();
+    while let Expr::Paren(p) = inner {
+        inner = &p.expr;
+    }
+    let sel = match inner {
+        Expr::Aggregate(a) if a.op.to_string() == "sum" && a.param.is_none() => {
+            match &a.modifier {
+                Some(LabelModifier::Include(l)) if l.labels.iter().any(|x| x == "le") => {}
+                _ => {
+                    return Err(SloError::invalid(
+                        field,
+                        format!(
+                            "histogram_quantile needs the buckets summed by le; {expected}; query: {query}"
+                        ),
+                    ));
+                }
+            }
+            check_grouping(a, &["le", class_label], field)?;
+            rate_of(&a.expr, field)?
+        }
+        _ => None,
+    };
+    let sel = sel.ok_or_else(|| {
+        SloError::invalid(
+            field,
+            format!(
+                "{} inside histogram_quantile cannot be expressed (without `sum by (le)` it is a percentile per series, not the class's); {expected}; query: {query}",
+                kind_of(inner)
+            ),
+        )
+    })?;
+    if !sel.name.ends_with("_bucket") {
+        return Err(SloError::invalid(
+            field,
+            format!(
+                "{} is not a histogram's _bucket series; {expected}",
+                sel.name
+            ),
+        ));
+    }
+    Ok((q.val, sel))
 }
 
 fn signal_of(family: &str) -> Option<(LatencySignal, bool)> {
@@ -205,13 +393,6 @@ fn signal_of(family: &str) -> Option<(LatencySignal, bool)> {
         }
     }
     None
-}
-
-fn eq_value<'a>(sel: &'a Sel, label: &str) -> Option<&'a str> {
-    sel.matchers
-        .iter()
-        .find(|(n, op, _)| n == label && matches!(op, MatchOp::Equal))
-        .map(|(_, _, v)| v.as_str())
 }
 
 /// The `le` of a selector: `le="0.25"` or Pyrra's `le=~"1(\\.0)?"`.
@@ -240,13 +421,46 @@ fn regex_values(sel: &Sel, label: &str) -> Option<Vec<String>> {
         })
 }
 
-fn class_of(sel: &Sel, gateway: bool, class_label: &str) -> String {
-    let label = if gateway {
-        catalogue::GATEWAY_CLASS_LABEL
-    } else {
-        class_label
-    };
-    eq_value(sel, label).unwrap_or("*").to_string()
+/// The class a selector reads: the value of an equality matcher on the class label (`"*"`
+/// without one). A regex or negative matcher on the class label selects a set of classes,
+/// which `slo.yaml` cannot hold (it names one class, or `"*"` for every class).
+fn class_of(sel: &Sel, label: &str, field: &str) -> Result<String, SloError> {
+    let on_label: Vec<&(String, MatchOp, String)> =
+        sel.matchers.iter().filter(|(n, _, _)| n == label).collect();
+    match on_label.as_slice() {
+        [] => Ok("*".to_string()),
+        [(_, MatchOp::Equal, v)] => Ok(v.clone()),
+        [(n, op, v)] => Err(SloError::invalid(
+            field,
+            format!(
+                "`{n}{op}{}` selects a set of classes; slo.yaml has objectives per class ({n}=\"<class>\") or for every class (no {n} matcher), so it cannot be expressed exactly",
+                crate::promql::quote(v)
+            ),
+        )),
+        _ => Err(SloError::invalid(
+            field,
+            format!(
+                "several matchers on the class label {label}; expected at most one `{label}=\"<class>\"`"
+            ),
+        )),
+    }
+}
+
+/// Warns about matchers `slo.yaml` does not carry (e.g. `job="vllm"`): they belong in the
+/// `--match` flag of `slo rules` and `slo budget`.
+fn note_other_matchers(sel: &Sel, skip: &[&str], field: &str, warnings: &mut Vec<String>) {
+    let others = sel.others(skip);
+    if !others.is_empty() {
+        warnings.push(format!(
+            "{field}: the matchers {} are not part of slo.yaml; pass them to `headroom slo rules` and `slo budget` as {}",
+            others.join(", "),
+            others
+                .iter()
+                .map(|m| format!("--match '{m}'"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
 }
 
 fn target_of(o: &ObjectiveDoc, field: &str) -> Result<f64, SloError> {
@@ -278,6 +492,43 @@ fn target_of(o: &ObjectiveDoc, field: &str) -> Result<f64, SloError> {
     Ok(crate::promql::clean(t.0))
 }
 
+/// The YAML parser's complaint in the user's terms: where (line and column) and what, without
+/// the parser's snippet or its advice to Rust programmers (`use Option<String>`).
+fn yaml_problem(e: &serde_saphyr::Error) -> String {
+    let plain = e.without_snippet().to_string();
+    let loc = e
+        .location()
+        .map(|l| (l.line(), l.column()))
+        .filter(|&(l, _)| l > 0);
+    let mut msg = plain.trim_start_matches("error: ").to_owned();
+    if let Some((l, c)) = loc {
+        for cut in [
+            format!(" at line {l}, column {c}"),
+            format!("line {l} column {c}: "),
+        ] {
+            msg = msg.replace(&cut, "");
+        }
+    }
+    if let Some(i) = msg.find("; use ") {
+        msg.truncate(i);
+    }
+    let internal = [
+        "deserialize",
+        "Option<",
+        "struct ",
+        "Vec<",
+        "String",
+        "invalid type",
+    ];
+    if internal.iter().any(|w| msg.contains(w)) {
+        msg = "expected an OpenSLO document here: a mapping with apiVersion, kind and spec, each field of the type the OpenSLO v1 spec gives".to_owned();
+    }
+    match loc {
+        Some((l, c)) => format!("line {l}, column {c}: {msg}"),
+        None => msg,
+    }
+}
+
 /// Options of [`import_openslo`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImportOptions {
@@ -306,13 +557,20 @@ pub fn import_openslo(
     text: &str,
     opts: &ImportOptions,
 ) -> Result<(SloFile, Vec<String>), SloError> {
-    let docs: Vec<Doc> = serde_saphyr::from_multiple(text)
-        .map_err(|e| SloError::invalid("openslo", format!("not an OpenSLO YAML stream: {e}")))?;
+    let docs: Vec<Doc> = serde_saphyr::from_multiple(text).map_err(|e| {
+        SloError::invalid(
+            "openslo",
+            format!("not an OpenSLO YAML stream: {}", yaml_problem(&e)),
+        )
+    })?;
     let mut classes: BTreeMap<String, ClassObjectives> = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut window: Option<String> = None;
     let mut budget_target: Option<f64> = None;
     let mut n_slo = 0;
+    // Where each objective came from, to name both places of a duplicate.
+    let mut seen: BTreeMap<(String, &'static str, PctKey), (String, f64)> = BTreeMap::new();
+    let mut seen_errors: BTreeMap<String, String> = BTreeMap::new();
     for (i, d) in docs.iter().enumerate() {
         let f = format!("openslo[{i}]");
         if d.api_version.as_deref() != Some("openslo/v1") {
@@ -407,20 +665,24 @@ pub fn import_openslo(
                         ),
                     ));
                 }
-                let (class, entry) = ratio(r, &fi, opts)?;
-                let c = classes.entry(class.clone()).or_default();
+                let (class, entry) = ratio(r, &fi, opts, &mut warnings)?;
                 match entry {
-                    Entry::Latency(s, t) => {
-                        map_of(c, s).insert(PctKey((target * 100_000.0).round() as u32), t);
+                    Entry::Latency(signal, t) => {
+                        let key = pct_key(target, &target_field(o, &fo), "target")?;
+                        put_latency(&mut classes, &mut seen, &class, signal, key, t, &fo)?;
                     }
                     Entry::ErrorRate => {
-                        if c.error_rate.is_some() {
+                        if let Some(prev) = seen_errors.get(&class) {
                             return Err(SloError::invalid(
                                 &fo,
-                                format!("a second error-rate objective for class {class}"),
+                                format!(
+                                    "a second error-rate objective for class {class} (the first is {prev}); slo.yaml holds one error_rate per class"
+                                ),
                             ));
                         }
-                        c.error_rate = Some(crate::promql::clean(1.0 - target));
+                        seen_errors.insert(class.clone(), fo.clone());
+                        classes.entry(class).or_default().error_rate =
+                            Some(crate::promql::clean(1.0 - target));
                     }
                 }
             } else if let Some(t) = &ind.spec.threshold_metric {
@@ -430,7 +692,8 @@ pub fn import_openslo(
                         "RatioTimeslices cannot be expressed",
                     ));
                 }
-                let (class, signal, q) = threshold(t, &format!("{fi}.thresholdMetric"), opts)?;
+                let (class, signal, q) =
+                    threshold(t, &format!("{fi}.thresholdMetric"), opts, &mut warnings)?;
                 let value = o.value.ok_or_else(|| {
                     SloError::invalid(
                         format!("{fo}.value"),
@@ -443,7 +706,11 @@ pub fn import_openslo(
                         return Err(SloError::invalid(
                             format!("{fo}.op"),
                             format!(
-                                "{other:?}: only lt / lte (latency at most the threshold) can be expressed"
+                                "{}; only lt or lte (latency at most the threshold) can be expressed",
+                                match other {
+                                    Some(op) => format!("`{op}`"),
+                                    None => "missing".to_owned(),
+                                }
                             ),
                         ));
                     }
@@ -454,8 +721,12 @@ pub fn import_openslo(
                         format!("{value}: expected a positive number of seconds"),
                     ));
                 }
-                let c = classes.entry(class).or_default();
-                map_of(c, signal).insert(PctKey((q * 100_000.0).round() as u32), value);
+                let key = pct_key(
+                    q,
+                    &format!("{fi}.thresholdMetric.metricSource.spec.query"),
+                    "quantile",
+                )?;
+                put_latency(&mut classes, &mut seen, &class, signal, key, value, &fo)?;
                 budget_target = Some(budget_target.map_or(target, |b: f64| b.min(target)));
                 warnings.push(format!(
                     "{fo}: the target {} of good time slices becomes budget.target; slo.yaml judges the percentile itself",
@@ -495,9 +766,83 @@ pub fn import_openslo(
         }),
     };
     let text = to_slo_yaml(&file);
-    let reread = SloFile::parse(&text, Path::new("imported slo.yaml"))
-        .map_err(|e| SloError::invalid("openslo", format!("{e}\n{text}")))?;
+    // Every field was checked above; should the result still not read back, say so without
+    // dumping the generated file.
+    let reread = SloFile::parse(&text, Path::new("converted slo.yaml")).map_err(|e| {
+        SloError::invalid(
+            "openslo",
+            format!("the converted SLO does not validate: {}", e.message),
+        )
+    })?;
     Ok((reread, warnings))
+}
+
+/// The field that carried an objective's target (`target` or `targetPercent`).
+fn target_field(o: &ObjectiveDoc, fo: &str) -> String {
+    if o.target_percent.is_some() {
+        format!("{fo}.targetPercent")
+    } else {
+        format!("{fo}.target")
+    }
+}
+
+/// A share in (0, 1) (a target, or a quantile) as a `slo.yaml` percentile key: p1 to p99.99
+/// ([`headroom_core::slo::MIN_PERCENTILE`], [`headroom_core::slo::MAX_PERCENTILE`]) with at
+/// most three decimals, as a hand-written file requires; anything else is refused at `field`
+/// rather than rounded.
+fn pct_key(share: f64, field: &str, what: &str) -> Result<PctKey, SloError> {
+    use headroom_core::slo::{MAX_PERCENTILE, MIN_PERCENTILE};
+    let p = share * 100.0;
+    let thousandths = p * 1000.0;
+    if !(MIN_PERCENTILE..=MAX_PERCENTILE).contains(&crate::promql::clean(p)) {
+        return Err(SloError::invalid(
+            field,
+            format!(
+                "{what} {} makes p{}; slo.yaml percentiles lie from p1 to p99.99 (p99.99 already needs 10 000 observations)",
+                fmt_float(share),
+                fmt_float(crate::promql::clean(p))
+            ),
+        ));
+    }
+    if (thousandths - thousandths.round()).abs() > 1e-6 {
+        return Err(SloError::invalid(
+            field,
+            format!(
+                "{what} {} has more than three decimals of a percent; slo.yaml percentiles are written like p99.9 or p99.995",
+                fmt_float(share)
+            ),
+        ));
+    }
+    Ok(PctKey(thousandths.round() as u32))
+}
+
+/// Records a latency objective, refusing a second one for the same class, signal and
+/// percentile (slo.yaml holds one threshold there; the error-rate rule likewise).
+fn put_latency(
+    classes: &mut BTreeMap<String, ClassObjectives>,
+    seen: &mut BTreeMap<(String, &'static str, PctKey), (String, f64)>,
+    class: &str,
+    signal: LatencySignal,
+    key: PctKey,
+    threshold_s: f64,
+    field: &str,
+) -> Result<(), SloError> {
+    let k = (class.to_owned(), signal.name(), key);
+    if let Some((prev, prev_t)) = seen.get(&k) {
+        return Err(SloError::invalid(
+            field,
+            format!(
+                "a second {} p{} objective for class {class} ({} here, {} at {prev}); slo.yaml holds one threshold per class, signal and percentile",
+                signal.display(),
+                fmt_float(key.value()),
+                headroom_core::slo::fmt_duration_s(threshold_s),
+                headroom_core::slo::fmt_duration_s(*prev_t),
+            ),
+        ));
+    }
+    seen.insert(k, (field.to_owned(), threshold_s));
+    map_of(classes.entry(class.to_owned()).or_default(), signal).insert(key, threshold_s);
+    Ok(())
 }
 
 enum Entry {
@@ -515,7 +860,12 @@ fn map_of(c: &mut ClassObjectives, s: LatencySignal) -> &mut BTreeMap<PctKey, f6
     }
 }
 
-fn ratio(r: &RatioMetric, fi: &str, opts: &ImportOptions) -> Result<(String, Entry), SloError> {
+fn ratio(
+    r: &RatioMetric,
+    fi: &str,
+    opts: &ImportOptions,
+    warnings: &mut Vec<String>,
+) -> Result<(String, Entry), SloError> {
     let fr = format!("{fi}.ratioMetric");
     if r.counter == Some(false) {
         return Err(SloError::invalid(
@@ -542,14 +892,15 @@ fn ratio(r: &RatioMetric, fi: &str, opts: &ImportOptions) -> Result<(String, Ent
                 format!("{k}: only Prometheus (PromQL) sources can be imported"),
             ));
         }
-        Ok(selectors(
+        counter_query(
             &h.metric_source.spec.query,
             &format!("{f}.metricSource.spec.query"),
-        )?
-        .1)
+            &opts.class_label,
+        )
     };
+    let total_field = format!("{fr}.total.metricSource.spec.query");
     let total_sel = query(total, &format!("{fr}.total"))?;
-    let (num, num_field, is_good) = match (&r.good, &r.bad) {
+    let (num, num_holder, is_good) = match (&r.good, &r.bad) {
         (Some(g), None) => (g, format!("{fr}.good"), true),
         (None, Some(b)) => (b, format!("{fr}.bad"), false),
         _ => {
@@ -559,7 +910,26 @@ fn ratio(r: &RatioMetric, fi: &str, opts: &ImportOptions) -> Result<(String, Ent
             ));
         }
     };
-    let num_sel = query(num, &num_field)?;
+    let num_field = format!("{num_holder}.metricSource.spec.query");
+    let num_sel = query(num, &num_holder)?;
+    // Good (or bad) events must be a subset of the very series total counts: the same
+    // matchers but for the one that splits good from bad (le, or finished_reason).
+    let same_series = |split: &str| -> Result<(), SloError> {
+        let n = num_sel.others(&[split]);
+        let t = total_sel.others(&[]);
+        if n != t {
+            return Err(SloError::invalid(
+                &total_field,
+                format!(
+                    "total selects {{{}}} but {} selects {{{}}} (besides {split}); both must count the same series, differing only in {split}, or the ratio mixes classes or requests",
+                    t.join(","),
+                    if is_good { "good" } else { "bad" },
+                    n.join(",")
+                ),
+            ));
+        }
+        Ok(())
+    };
     // Latency: good = X_bucket{le}, total = X_count.
     if let (Some(fam), Some(tfam)) = (
         num_sel.name.strip_suffix("_bucket"),
@@ -567,41 +937,52 @@ fn ratio(r: &RatioMetric, fi: &str, opts: &ImportOptions) -> Result<(String, Ent
     ) {
         let (signal, gateway) = signal_of(fam).ok_or_else(|| {
             SloError::invalid(
-                format!("{num_field}.metricSource.spec.query"),
+                &num_field,
                 format!("{fam} is not a latency histogram Headroom knows (vLLM's TTFT, ITL, TPOT, E2E, queue time or the gateway's)"),
             )
         })?;
         if fam != tfam {
             return Err(SloError::invalid(
-                format!("{fr}.total.metricSource.spec.query"),
+                &total_field,
                 format!("counts {tfam}_count but the good events come from {fam}_bucket"),
             ));
         }
         if !is_good {
             return Err(SloError::invalid(
-                &num_field,
+                &num_holder,
                 "a latency SLI needs good = the bucket at the threshold, not bad",
             ));
         }
         let le = le_of(&num_sel).ok_or_else(|| {
             SloError::invalid(
-                format!("{num_field}.metricSource.spec.query"),
+                &num_field,
                 "no le matcher with a number; a latency SLI's good events are the bucket at the threshold (le=\"0.25\")",
             )
         })?;
-        return Ok((
-            class_of(&num_sel, gateway, &opts.class_label),
-            Entry::Latency(signal, le),
-        ));
+        same_series("le")?;
+        let label = if gateway {
+            catalogue::GATEWAY_CLASS_LABEL
+        } else {
+            opts.class_label.as_str()
+        };
+        let class = class_of(&num_sel, label, &num_field)?;
+        note_other_matchers(&total_sel, &[label], &total_field, warnings);
+        return Ok((class, Entry::Latency(signal, le)));
     }
     // Errors: request_success_total by finished_reason.
     if num_sel.name == VLLM_REQUEST_SUCCESS && total_sel.name == VLLM_REQUEST_SUCCESS {
-        let reasons = regex_values(&num_sel, "finished_reason").ok_or_else(|| {
-            SloError::invalid(
-                format!("{num_field}.metricSource.spec.query"),
-                "no finished_reason matcher (= or =~)",
-            )
-        })?;
+        if total_sel
+            .matchers
+            .iter()
+            .any(|(n, _, _)| n == "finished_reason")
+        {
+            return Err(SloError::invalid(
+                &total_field,
+                "total filters finished_reason; error_rate's total is every finished request (stop, length, abort, error), so a filtered total cannot be expressed",
+            ));
+        }
+        let reasons = regex_values(&num_sel, "finished_reason")
+            .ok_or_else(|| SloError::invalid(&num_field, "no finished_reason matcher (= or =~)"))?;
         let expect: &[&str] = if is_good {
             &["stop", "length"]
         } else {
@@ -611,17 +992,17 @@ fn ratio(r: &RatioMetric, fi: &str, opts: &ImportOptions) -> Result<(String, Ent
             && expect.iter().all(|e| reasons.iter().any(|r| r == e));
         if !ok {
             return Err(SloError::invalid(
-                format!("{num_field}.metricSource.spec.query"),
+                &num_field,
                 format!(
                     "finished_reason {} cannot be expressed; error_rate counts abort and error as bad, stop and length as good",
                     reasons.join("|")
                 ),
             ));
         }
-        return Ok((
-            class_of(&num_sel, false, &opts.class_label),
-            Entry::ErrorRate,
-        ));
+        same_series("finished_reason")?;
+        let class = class_of(&num_sel, &opts.class_label, &num_field)?;
+        note_other_matchers(&total_sel, &[&opts.class_label], &total_field, warnings);
+        return Ok((class, Entry::ErrorRate));
     }
     Err(SloError::invalid(
         &fr,
@@ -636,15 +1017,10 @@ fn threshold(
     t: &MetricHolder,
     f: &str,
     opts: &ImportOptions,
+    warnings: &mut Vec<String>,
 ) -> Result<(String, LatencySignal, f64), SloError> {
     let fq = format!("{f}.metricSource.spec.query");
-    let (expr, sel) = selectors(&t.metric_source.spec.query, &fq)?;
-    let q = quantile_arg(&expr).ok_or_else(|| {
-        SloError::invalid(
-            &fq,
-            "expected histogram_quantile(<q>, …) over a latency histogram",
-        )
-    })?;
+    let (q, sel) = quantile_query(&t.metric_source.spec.query, &fq, &opts.class_label)?;
     if !(q > 0.0 && q < 1.0) {
         return Err(SloError::invalid(
             &fq,
@@ -660,23 +1036,20 @@ fn threshold(
             format!("{fam} is not a latency histogram Headroom knows"),
         )
     })?;
-    Ok((
-        class_of(&sel, gateway, &opts.class_label),
-        signal,
-        crate::promql::clean(q),
-    ))
-}
-
-fn quantile_arg(e: &Expr) -> Option<f64> {
-    match e {
-        Expr::Paren(p) => quantile_arg(&p.expr),
-        Expr::Call(c) if c.func.name == "histogram_quantile" => match c.args.args.first()?.as_ref()
-        {
-            Expr::NumberLiteral(n) => Some(n.val),
-            _ => None,
-        },
-        _ => None,
+    let label = if gateway {
+        catalogue::GATEWAY_CLASS_LABEL
+    } else {
+        opts.class_label.as_str()
+    };
+    if sel.matchers.iter().any(|(n, _, _)| n == "le") {
+        return Err(SloError::invalid(
+            &fq,
+            "an le matcher inside histogram_quantile drops buckets and changes the percentile",
+        ));
     }
+    let class = class_of(&sel, label, &fq)?;
+    note_other_matchers(&sel, &[label], &fq, warnings);
+    Ok((class, signal, crate::promql::clean(q)))
 }
 
 /// Writes an [`SloFile`] as `slo.yaml` text that [`SloFile::parse`] reads back to the same value.
@@ -889,6 +1262,163 @@ spec:
             .unwrap_err()
             .to_string();
         assert!(e.contains("objectives[0].op"), "{e}");
+    }
+
+    const GOOD_Q: &str =
+        r#"sum(rate(vllm:time_to_first_token_seconds_bucket{model_name="chat",le="0.25"}[5m]))"#;
+    const TOTAL_Q: &str =
+        r#"sum(rate(vllm:time_to_first_token_seconds_count{model_name="chat"}[5m]))"#;
+    const ERR_BAD_Q: &str = r#"sum(rate(vllm:request_success_total{model_name="chat",finished_reason=~"abort|error"}[5m]))"#;
+    const ERR_TOTAL_Q: &str = r#"sum(rate(vllm:request_success_total{model_name="chat"}[5m]))"#;
+    const ITL_Q: &str = "histogram_quantile(0.99, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{model_name=\"chat\"}[5m])))";
+
+    fn first() -> &'static str {
+        RATIO.split("---").next().unwrap()
+    }
+    fn second() -> &'static str {
+        RATIO.split("---").nth(1).unwrap()
+    }
+    fn third() -> &'static str {
+        RATIO.split("---").nth(2).unwrap()
+    }
+
+    fn refused(text: &str) -> String {
+        import_openslo(text, &ImportOptions::default())
+            .map(|(f, _)| format!("ACCEPTED: {}", to_slo_yaml(&f)))
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    /// Each query shape that does not count what slo.yaml counts is refused at the query's
+    /// path with the reason; the accepted shapes give the same objective as the canonical one.
+    #[test]
+    fn query_shapes_that_cannot_be_expressed_exactly_are_refused() {
+        let good = "openslo[0].spec.indicator.spec.ratioMetric.good.metricSource.spec.query: ";
+        let total = "openslo[0].spec.indicator.spec.ratioMetric.total.metricSource.spec.query: ";
+        let cases: Vec<(String, &str, &str)> = vec![
+            // good and total select different classes, or different series
+            (first().replace(TOTAL_Q, &TOTAL_Q.replace("\"chat\"", "\"other\"")), total, "total selects {model_name=\"other\"} but good selects {model_name=\"chat\"}"),
+            (first().replace(GOOD_Q, &GOOD_Q.replace("le=", "job=\"a\",le=")), total, "but good selects {job=\"a\",model_name=\"chat\"}"),
+            (first().replace(TOTAL_Q, &TOTAL_Q.replace("\"chat\"}", "\"chat\",le=\"0.25\"}")), total, "total selects {le=\"0.25\",model_name=\"chat\"}"),
+            // arithmetic, other functions and aggregations change what is counted
+            (first().replace(GOOD_Q, &format!("1 - {GOOD_Q}")), good, "arithmetic or a comparison (… - …) cannot be expressed exactly"),
+            (first().replace(GOOD_Q, &format!("{GOOD_Q} * 2")), good, "arithmetic or a comparison (… * …)"),
+            (first().replace(GOOD_Q, &format!("-{GOOD_Q}")), good, "a negation"),
+            (first().replace(GOOD_Q, &GOOD_Q.replace("sum(rate(", "max(rate(")), good, "the aggregation max(…) cannot be expressed"),
+            (first().replace(GOOD_Q, &GOOD_Q.replace("rate(", "irate(")), good, "sum over the function irate(…)"),
+            (first().replace(GOOD_Q, &GOOD_Q.replace("sum(", "sum by (instance) (")), good, "grouping by (instance) gives one series per group"),
+            (first().replace(GOOD_Q, &GOOD_Q.replace("sum(", "sum without (instance) (")), good, "grouping without (instance)"),
+            (first().replace(GOOD_Q, &GOOD_Q.replace("[5m]", "[5m:1m]")), good, "sum over the function rate(…)"),
+            // windows in the past
+            (first().replace(GOOD_Q, &GOOD_Q.replace("[5m]", "[5m] offset 1w")), good, "`offset` or `@` moves the window into the past"),
+            (first().replace(TOTAL_Q, &TOTAL_Q.replace("[5m]", "[5m] @ 1700000000")), total, "`offset` or `@`"),
+            // a set of classes
+            (first().replace(GOOD_Q, &GOOD_Q.replace("model_name=\"chat\"", "model_name=~\"chat.*\"")).replace(TOTAL_Q, &TOTAL_Q.replace("model_name=\"chat\"", "model_name=~\"chat.*\"")), good, "`model_name=~\"chat.*\"` selects a set of classes"),
+            (first().replace(GOOD_Q, &GOOD_Q.replace("model_name=\"chat\"", "model_name!=\"chat\"")).replace(TOTAL_Q, &TOTAL_Q.replace("model_name=\"chat\"", "model_name!=\"chat\"")), good, "`model_name!=\"chat\"` selects a set of classes"),
+            // error ratio: a filtered total, bad reasons that are not abort|error
+            (second().replace(ERR_TOTAL_Q, &ERR_TOTAL_Q.replace("\"chat\"}", "\"chat\",finished_reason=\"stop\"}")), "ratioMetric.total.metricSource.spec.query: total filters finished_reason", "a filtered total cannot be expressed"),
+            (second().replace(ERR_BAD_Q, &ERR_BAD_Q.replace("abort|error", "abort|error|stop")), "ratioMetric.bad.metricSource.spec.query: ", "finished_reason abort|error|stop cannot be expressed"),
+            (second().replace(ERR_TOTAL_Q, &ERR_TOTAL_Q.replace("\"chat\"", "\"other\"")), "ratioMetric.total.metricSource.spec.query: ", "total selects {model_name=\"other\"} but bad selects {model_name=\"chat\"}"),
+            // threshold metric: per-series quantiles, other groupings, offsets, regex classes
+            (third().replace(ITL_Q, "histogram_quantile(0.99, rate(vllm:inter_token_latency_seconds_bucket{model_name=\"chat\"}[5m]))"), "thresholdMetric.metricSource.spec.query: ", "a percentile per series, not the class's"),
+            (third().replace(ITL_Q, &ITL_Q.replace("by (le)", "by (le, instance)")), "thresholdMetric.metricSource.spec.query: ", "grouping by (le, instance)"),
+            (third().replace(ITL_Q, &ITL_Q.replace("sum by (le)", "sum")), "thresholdMetric.metricSource.spec.query: ", "needs the buckets summed by le"),
+            (third().replace(ITL_Q, &ITL_Q.replace("[5m]", "[5m] offset 1d")), "thresholdMetric.metricSource.spec.query: ", "`offset` or `@`"),
+            (third().replace(ITL_Q, &ITL_Q.replace("model_name=\"chat\"", "model_name=~\"chat|rag\"")), "thresholdMetric.metricSource.spec.query: ", "selects a set of classes"),
+            (third().replace(ITL_Q, &format!("2 * {ITL_Q}")), "thresholdMetric.metricSource.spec.query: ", "arithmetic or a comparison (… * …) cannot be expressed"),
+            (third().replace("0.99, sum", "0.953335, sum"), "thresholdMetric.metricSource.spec.query: ", "quantile 0.953335 has more than three decimals of a percent"),
+            (third().replace("op: lte", "op: gt"), "objectives[0].op: ", "`gt`; only lt or lte"),
+            (third().replace("op: lte, ", ""), "objectives[0].op: ", "missing; only lt or lte"),
+            // targets outside slo.yaml's percentiles: named at the target, not in generated YAML
+            (first().replace("target: 0.95", "target: 0.005"), "openslo[0].spec.objectives[0].target: ", "target 0.005 makes p0.5; slo.yaml percentiles lie from p1 to p99.99"),
+            (first().replace("target: 0.95", "targetPercent: 99.995"), "openslo[0].spec.objectives[0].targetPercent: ", "makes p99.995"),
+            (first().replace("target: 0.95", "target: 0.9512345"), "openslo[0].spec.objectives[0].target: ", "more than three decimals"),
+        ];
+        for (text, field, reason) in &cases {
+            assert!(
+                !RATIO.contains(text.as_str()),
+                "the mutation did not apply: {reason}"
+            );
+            let e = refused(text);
+            assert!(
+                e.contains(field) && e.contains(reason),
+                "{field} … {reason}\n  not in: {e}"
+            );
+            for internal in ["Some(", "Option<", "objectives:\n"] {
+                assert!(!e.contains(internal), "{internal} in: {e}");
+            }
+        }
+        // Accepted shapes: rate or increase, the bare counter, sum by the class label,
+        // parentheses, other matchers (with a warning naming the --match flag).
+        let want = Objective::Latency {
+            signal: LatencySignal::Ttft,
+            percentile: 95.0,
+            threshold_s: 0.25,
+        };
+        for (g, t) in [
+            (GOOD_Q.to_string(), TOTAL_Q.to_string()),
+            (
+                GOOD_Q.replace("rate(", "increase("),
+                TOTAL_Q.replace("rate(", "increase("),
+            ),
+            (
+                r#"vllm:time_to_first_token_seconds_bucket{model_name="chat",le="0.25"}"#
+                    .to_string(),
+                r#"(vllm:time_to_first_token_seconds_count{model_name="chat"})"#.to_string(),
+            ),
+            (
+                GOOD_Q.replace("sum(", "sum by (model_name) ("),
+                format!("({TOTAL_Q})"),
+            ),
+            (
+                GOOD_Q.replace("le=", "job=\"vllm\",le="),
+                TOTAL_Q.replace("}", ",job=\"vllm\"}"),
+            ),
+        ] {
+            let text = first().replace(GOOD_Q, &g).replace(TOTAL_Q, &t);
+            assert_eq!(text == first(), g == GOOD_Q, "{g}");
+            let (f, w) = import_openslo(&text, &ImportOptions::default()).unwrap();
+            assert_eq!(f.spec_for("chat").objectives, vec![want.clone()], "{g}");
+            if g.contains("job=") {
+                assert_eq!(w.len(), 1, "{w:?}");
+                assert!(w[0].contains("--match 'job=\"vllm\"'"), "{w:?}");
+            } else {
+                assert!(w.is_empty(), "{w:?}");
+            }
+        }
+    }
+
+    /// A second objective for the same class, signal and percentile is refused like a second
+    /// error rate, whether the thresholds differ or not, naming both places.
+    #[test]
+    fn duplicate_objectives_are_refused_naming_both() {
+        let again = first().replace("le=\"0.25\"", "le=\"0.5\"");
+        let e = refused(&format!("{}---{again}", first()));
+        assert!(
+            e.starts_with("openslo[1].spec.objectives[0]: a second TTFT p95 objective for class chat (500 ms here, 250 ms at openslo[0].spec.objectives[0])"),
+            "{e}"
+        );
+        let e = refused(&format!("{}---{}", first(), first()));
+        assert!(e.contains("a second TTFT p95 objective"), "{e}");
+        // the threshold metric's ITL p99 next to a ratio ITL p99
+        let ratio_itl = first()
+            .replace("time_to_first_token_seconds", "inter_token_latency_seconds")
+            .replace("le=\"0.25\"", "le=\"0.05\"")
+            .replace("target: 0.95", "target: 0.99");
+        let e = refused(&format!("{ratio_itl}---{}", third()));
+        assert!(e.starts_with("openslo[1].spec.objectives[0]: a second ITL p99 objective for class chat (50 ms here, 50 ms at openslo[0]"), "{e}");
+        let e = refused(&format!("{}---{}", second(), second()));
+        assert!(e.starts_with("openslo[1].spec.objectives[0]: a second error-rate objective for class chat (the first is openslo[0].spec.objectives[0])"), "{e}");
+    }
+
+    #[test]
+    fn yaml_errors_read_without_parser_internals() {
+        let e = refused(": : :\n    - [\n");
+        assert!(e.starts_with("openslo: not an OpenSLO YAML stream: line 1, column 1: expected an OpenSLO document"), "{e}");
+        let e = refused(&first().replace("target: 0.95", "target: \"abc\""));
+        assert!(e.contains("line "), "{e}");
+        for internal in ["Option<", "use ", "-->", "deserialize"] {
+            assert!(!e.contains(internal), "{internal} in: {e}");
+        }
     }
 
     #[test]
