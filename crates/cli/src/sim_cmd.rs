@@ -89,6 +89,17 @@ pub struct SimArgs {
     pub api_key: Option<String>,
 }
 
+/// 1-based (line, column) of the value of top-level key `key` in a block-style YAML `text`
+/// (`key: value` at column 1); `None` when the key is not written that way.
+fn top_level_value(text: &str, key: &str) -> Option<(u64, u64)> {
+    text.lines().enumerate().find_map(|(i, line)| {
+        let rest = line.strip_prefix(key)?.trim_start_matches([' ', '\t']);
+        let value = rest.strip_prefix(':')?;
+        let col = line.len() - value.trim_start().len() + 1;
+        Some((i as u64 + 1, col as u64))
+    })
+}
+
 impl SimArgs {
     /// The engine spec these flags describe (the `--config` file first, flags over it).
     pub fn spec(&self) -> Result<SimSpec> {
@@ -134,7 +145,21 @@ impl SimArgs {
         spec.thermal_throttle |= self.thermal_throttle;
         spec.enable_per_request_metrics |= self.enable_per_request_metrics;
         spec.xid_at_s = self.xid_at_s.or(spec.xid_at_s);
-        spec.resolve().map_err(|e| anyhow::anyhow!("{e}"))?;
+        if let Err(e) = spec.resolve() {
+            // A value from the --config file: point at its line there.
+            if let Some(p) = &self.config
+                && e.located.is_none()
+                && let Ok(text) = std::fs::read_to_string(p)
+                && let Some(at) = top_level_value(&text, &e.field)
+            {
+                let short = format!("invalid `{}`: {}", e.field, e.message);
+                return Err(anyhow::anyhow!(
+                    "{}",
+                    headroom_core::yaml::YamlError::at(p, &text, Some(at), short)
+                ));
+            }
+            return Err(anyhow::anyhow!("{e}"));
+        }
         Ok(spec)
     }
 
@@ -224,5 +249,21 @@ mod tests {
         }
         // The defaults themselves are fine.
         assert!(T::try_parse_from(["sim"]).unwrap().sim.spec().is_ok());
+    }
+
+    /// A bad value in the --config file is shown at its line and column there, with the line
+    /// quoted; a field the file does not write keeps the short form.
+    #[test]
+    fn a_bad_config_value_is_located_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sim.yaml");
+        std::fs::write(&p, "gpu: a10g\n# memory\ngpu_memory_utilization:   1.5\n").unwrap();
+        let e = spec_err(&["--config", p.to_str().unwrap()]);
+        let want = format!("{}:3:27: invalid `gpu_memory_utilization`", p.display());
+        assert!(e.starts_with(&want), "{e}");
+        assert!(e.contains("gpu_memory_utilization:   1.5"), "{e}");
+        assert_eq!(super::top_level_value("a: 1\nb:\t2\n", "b"), Some((2, 4)));
+        assert_eq!(super::top_level_value("ab: 1\n", "a"), None);
+        assert_eq!(super::top_level_value("  a: 1\n", "a"), None);
     }
 }
