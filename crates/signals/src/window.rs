@@ -181,7 +181,7 @@ pub enum WindowError {
     },
     /// The scrape holds none of the expected engine metrics.
     #[error(
-        "{origin}: none of the expected inference-engine metrics were found (detected: {detected}; looked for e.g. {looked_for})"
+        "{origin}: none of the expected inference-engine metrics were found (detected: {detected}; looked for e.g. {looked_for}){hint}"
     )]
     NoEngineMetrics {
         /// Where the scrape came from.
@@ -190,6 +190,8 @@ pub enum WindowError {
         detected: String,
         /// Names looked for.
         looked_for: String,
+        /// What to do, when the scrape says what it is instead (`; …`), else empty.
+        hint: String,
     },
 }
 
@@ -238,10 +240,22 @@ impl Window {
                     opts.selection.model_name, opts.selection.engine
                 )
             };
+            // A Headroom gateway in front of the engine serves its own metrics, not the engine's.
+            let gateway = last
+                .exposition
+                .families
+                .iter()
+                .any(|f| f.name.starts_with("headroom_gateway_"));
+            let hint = if gateway {
+                "; this is a Headroom gateway's /metrics: give the engine's own, e.g. `--metrics-url http://ENGINE:8000/metrics` (the gateway's upstream)".to_string()
+            } else {
+                String::new()
+            };
             return Err(WindowError::NoEngineMetrics {
                 origin: last.source.clone(),
                 detected: format!("{} — {}{filter}", eng.name(), detected.evidence),
                 looked_for: looked.join(", "),
+                hint,
             });
         }
         let dsnaps: Vec<(f64, DcgmSnapshot)> = dcgm
@@ -646,6 +660,41 @@ mod tests {
         assert_eq!(r, vec![2]);
         assert_eq!(increase(&[4.0]).0, 0.0);
         assert_eq!(increase(&[0.0, 4.0]).0, 4.0);
+    }
+
+    /// A sweep pointed at a Headroom gateway scrapes the gateway's metrics by default: the error
+    /// says so and names the fix, where a scrape of something else gets no such hint.
+    #[test]
+    fn a_gateways_metrics_are_named_as_such() {
+        let body = |name: &str| {
+            format!("# TYPE {name} counter\n{name}{{class=\"default\",outcome=\"stop\"}} 3\n")
+        };
+        let err = |name: &str| {
+            let sc =
+                Scrape::from_body("http://127.0.0.1:8080/metrics", body(name), 1.0, None).unwrap();
+            Window::from_scrapes(
+                &[
+                    sc.clone(),
+                    Scrape {
+                        at_unix_s: 2.0,
+                        ..sc
+                    },
+                ],
+                &[],
+                &WindowOptions::default(),
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        let e = err("headroom_gateway_requests_total");
+        assert!(e.contains("this is a Headroom gateway's /metrics"), "{e}");
+        assert!(e.contains("--metrics-url"), "{e}");
+        let e = err("some_app_requests_total");
+        assert!(
+            e.contains("none of the expected inference-engine metrics"),
+            "{e}"
+        );
+        assert!(!e.contains("gateway"), "{e}");
     }
 
     #[test]
