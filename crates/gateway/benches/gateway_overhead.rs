@@ -25,7 +25,12 @@
 //! `/proc/PID/task/*/schedstat`, ms per s of wall time). For the gateway also its event-loop lag
 //! (every 1 ms a probe task in the child yields and times how long it waits to run again, p99) and its own per-request overhead
 //! from its `/metrics` (`headroom_gateway_overhead_seconds`: the share within 0.5 ms and the
-//! bucket holding the p99). The machine's state (`/proc/stat` busy share of all cores, load
+//! bucket holding the p99). The gateway's CPU per event is printed gross (everything the child
+//! process spent) and net of its idle cost: the probe and timers keep an idle child busy for
+//! ~1.7 % of a core, which at 10–20k events/s is 1–2 µs per event; that rate is measured while
+//! the child is idle (during the direct phase) and subtracted. User-space instructions per
+//! event, free of machine noise, come from `benches/gateway_instructions.sh` (the fixed-work
+//! mode below under callgrind). The machine's state (`/proc/stat` busy share of all cores, load
 //! average) is printed with each phase: the TTFT figures only mean what they say when the
 //! machine is not saturated.
 //!
@@ -33,7 +38,8 @@
 //! (comma list, default `100,1000`), `WITNESS` (default 100), `MAX_TOKENS` (default 64; each request draws from half to 1.5 times it),
 //! `SECONDS` (default 8), `TIME_SCALE` (default 0.25: the default preset's step at 1,000
 //! running sequences is ~200 ms, so ~50 ms ITL, ~20k chunks/s, like a large GPU), `ROUNDS` (default 1),
-//! `GW_THREADS` (default 1).
+//! `GW_THREADS` (default 1). `FIXED_REQUESTS=N` switches to the fixed-work mode of
+//! [`fixed_run`] (see `gateway_instructions.sh`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -802,7 +808,13 @@ fn main() {
                 max_tokens,
                 seconds,
             };
+            // The gateway child is idle during the direct phase but for its lag probe and
+            // timers: that CPU rate is its idle cost, subtracted below for the net figure.
+            let (idle0, t_idle) = (proc_stat(gw.child.id()), Instant::now());
             let d = run_phase(&rt, &spec(twin_addr, None), None, false);
+            let idle1 = proc_stat(gw.child.id());
+            let idle_rate = (idle1.utime_s + idle1.stime_s - idle0.utime_s - idle0.stime_s)
+                / t_idle.elapsed().as_secs_f64();
             print_row("direct", &d.main, &d, n);
             let r = run_phase(&rt, &spec(relay.addr, None), Some(&mut relay), false);
             print_row("relay", &r.main, &r, n);
@@ -813,6 +825,19 @@ fn main() {
                 true,
             );
             print_row("gateway", &g.main, &g, n);
+            if let Some((a, b, _)) = g.child {
+                let cpu = b.utime_s + b.stime_s - a.utime_s - a.stime_s;
+                let ev = g.main.events as f64;
+                let relay_us = r.child.map_or(f64::NAN, |(a, b, _)| {
+                    (b.utime_s + b.stime_s - a.utime_s - a.stime_s) * 1e6 / r.main.events as f64
+                });
+                println!(
+                    "round {round}, {n} streams: gateway CPU per SSE event {:.2} µs gross, {:.2} µs net of its idle cost ({:.1} ms/s, lag probe and timers, measured during the direct phase); relay floor {relay_us:.2} µs",
+                    cpu * 1e6 / ev,
+                    (cpu - idle_rate * g.wall_s) * 1e6 / ev,
+                    idle_rate * 1e3,
+                );
+            }
             if let Some(w) = &g.witness {
                 print_row(
                     "witness",
