@@ -154,7 +154,13 @@ fn level_detail(o: &mut String, l: &LevelResult) {
                 r.what,
                 fmt_num(r.client),
                 fmt_num(r.server),
-                if r.agrees { "agrees" } else { "**disagrees**" },
+                // Counts must agree (a disagreement voids the level); the TTFT breakdown is a
+                // decomposition that either holds or cannot be derived from the engine's means.
+                match (r.agrees, r.what.starts_with("ttft_")) {
+                    (true, _) => "agrees",
+                    (false, true) => "not derivable",
+                    (false, false) => "**disagrees**",
+                },
                 if r.note.is_empty() {
                     String::new()
                 } else {
@@ -271,6 +277,43 @@ mod tests {
         // The level with finished requests keeps its counts.
         assert!(
             s.contains("Tokens (requests with usage): prompt 0 requested / 4321 realised"),
+            "{s}"
+        );
+    }
+
+    /// A count that differs between client and server "disagrees" (it voids the level); a TTFT
+    /// decomposition the engine's means cannot give is "not derivable", not a disagreement.
+    #[test]
+    fn reconciliation_rows_read_by_kind() {
+        use headroom_core::run::{Reconciliation, ServerView};
+        let row = |what: &str, agrees: bool| Reconciliation {
+            what: what.into(),
+            client: 1.0,
+            server: 2.0,
+            agrees,
+            note: String::new(),
+        };
+        let mut run = crate::testdata::run();
+        run.phases[0].levels[0].server = Some(ServerView {
+            engine: "vllm".into(),
+            reconciliation: vec![
+                row("requests_length", false),
+                row("ttft_unexplained_mean_s", false),
+                row("output_tokens", true),
+            ],
+            ..ServerView::default()
+        });
+        let s = super::render(&run);
+        assert!(
+            s.contains("reconcile requests_length: client 1 / server 2 — **disagrees**"),
+            "{s}"
+        );
+        assert!(
+            s.contains("reconcile ttft_unexplained_mean_s: client 1 / server 2 — not derivable"),
+            "{s}"
+        );
+        assert!(
+            s.contains("reconcile output_tokens: client 1 / server 2 — agrees"),
             "{s}"
         );
     }
