@@ -259,29 +259,69 @@ struct ImportArgs {
     freeze_at: String,
 }
 
-fn load_slo(path: Option<&Path>) -> Result<(SloFile, String)> {
+/// Where an SLO came from: its name in messages and, for a file, its text (to find the line of
+/// a field that a generator refuses).
+struct Origin {
+    name: String,
+    text: Option<String>,
+}
+
+fn load_slo(path: Option<&Path>) -> Result<(SloFile, Origin)> {
     match path {
-        Some(p) => Ok((
-            SloFile::load(p).map_err(|e| anyhow!("{e}"))?,
-            p.display().to_string(),
-        )),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| anyhow!("{}: cannot read file: {e}", p.display()))?;
+            let slo = SloFile::parse(&text, p).map_err(|e| anyhow!("{e}"))?;
+            Ok((
+                slo,
+                Origin {
+                    name: p.display().to_string(),
+                    text: Some(text),
+                },
+            ))
+        }
         None => Ok((
             SloFile::parse(DEFAULT_SLO_YAML, Path::new("built-in slo.yaml"))
                 .map_err(|e| anyhow!("{e}"))?,
-            "built-in slo.yaml".to_owned(),
+            Origin {
+                name: "built-in slo.yaml".to_owned(),
+                text: None,
+            },
         )),
     }
 }
 
-/// Prefixes a generator error with the SLO file's name (the error names the field).
-fn named(origin: &str, e: SloError) -> anyhow::Error {
+/// Prefixes a generator error with the file's name and, when the field is written in the file,
+/// its line and column (`slo.yaml:4:23: budget.window: …`, the line quoted under it). OpenSLO
+/// fields (`openslo[1].spec.objectives[0].op`) are found in their document of the stream.
+fn named(origin: &Origin, e: SloError) -> anyhow::Error {
     let hint = match &e {
         SloError::Invalid { message, .. } if message.contains("not a bucket bound") => {
             " (flags: --off-bucket snap-up|snap-down, or --latency-source gateway)"
         }
         _ => "",
     };
-    anyhow!("{origin}: {e}{hint}")
+    if let (SloError::Invalid { field, message }, Some(text)) = (&e, &origin.text) {
+        let loc = match field
+            .strip_prefix("openslo[")
+            .and_then(|r| r.split_once(']'))
+        {
+            Some((i, rest)) => i.parse::<usize>().ok().and_then(|i| {
+                headroom_core::yaml::document_field_location(text, i, rest.trim_start_matches('.'))
+            }),
+            None => headroom_core::yaml::field_location(text, field),
+        };
+        if loc.is_some() {
+            let at = headroom_core::yaml::YamlError::at(
+                Path::new(&origin.name),
+                text,
+                loc,
+                format!("{field}: {message}{hint}"),
+            );
+            return anyhow!("{at}");
+        }
+    }
+    anyhow!("{}: {e}{hint}", origin.name)
 }
 
 /// Puts `note` before the warnings when a threshold was actually snapped.
@@ -427,8 +467,13 @@ pub async fn run(a: SloArgs) -> Result<i32> {
                 class_label: i.class_label.clone(),
                 freeze_at: ratio_flag("freeze-at", &i.freeze_at)?,
             };
-            let (file, warnings) = headroom_slo::import_openslo(&text, &opts)
-                .map_err(|e| named(&i.file.display().to_string(), e))?;
+            let origin = Origin {
+                name: i.file.display().to_string(),
+                text: Some(text),
+            };
+            let (file, warnings) =
+                headroom_slo::import_openslo(origin.text.as_deref().unwrap_or_default(), &opts)
+                    .map_err(|e| named(&origin, e))?;
             let yaml = headroom_slo::to_slo_yaml(&file);
             // The result must read back as an SLO file: check before handing it out.
             SloFile::parse(&yaml, Path::new("imported slo.yaml")).map_err(|e| {

@@ -403,3 +403,87 @@ fn import_openslo_gives_an_slo_file_the_other_commands_accept() {
     assert!(stderr(&o).contains("v2.yaml"), "{}", stderr(&o));
     assert!(stderr(&o).contains("apiVersion"), "{}", stderr(&o));
 }
+
+/// Errors found after parsing name FILE:LINE:COL of the offending key (counted by hand in each
+/// file below) and quote its line: a window past a year, an off-bucket threshold, a target of
+/// 0 %, an error rate of 0, an OpenSLO field in the second document of a stream.
+#[test]
+fn refusals_point_at_the_key_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "w.yaml",
+            "objectives:\n  chat:\n    ttft: {p95: 250ms}\nbudget:\n  window: 300y\n  target: 99%\n",
+            vec!["slo", "rules"],
+            ":5:3: budget.window: `300y` is longer than 365 days (1y)",
+            "  window: 300y",
+        ),
+        (
+            "b.yaml",
+            "objectives:\n  chat:\n    ttft: {p95: 300ms}\n",
+            vec!["slo", "rules"],
+            ":3:12: objectives.chat.ttft.p95: threshold 300 ms is not a bucket bound",
+            "    ttft: {p95: 300ms}",
+        ),
+        (
+            "t.yaml",
+            "objectives:\n  chat:\n    ttft: {p95: 250ms}\nbudget: {window: 30d, target: 0%}\n",
+            vec!["slo", "rules"],
+            ":4:23: budget.target: 0 is 0 % or less",
+            "budget: {window: 30d, target: 0%}",
+        ),
+        (
+            "e.yaml",
+            "objectives:\n  chat:\n    error_rate: 0\n",
+            vec!["slo", "dashboard"],
+            ":3:5: objectives.chat.error_rate: 0 leaves no error budget",
+            "    error_rate: 0",
+        ),
+        (
+            "c.yaml",
+            "# nothing yet\n",
+            vec!["slo", "rules"],
+            ": no SLO in the file (it is empty or only comments); expected `objectives:`",
+            "",
+        ),
+    ];
+    for (name, text, args, head, line) in cases {
+        let f = write(dir.path(), name, text);
+        let mut a = args.clone();
+        a.extend(["--slo", f.to_str().unwrap()]);
+        let o = headroom(&a);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stdout(&o));
+        let e = stderr(&o);
+        let first = e.lines().next().unwrap();
+        assert!(
+            first.starts_with(&format!("error: {}{head}", f.display())),
+            "{head}\n  vs {e}"
+        );
+        if !line.is_empty() {
+            assert!(
+                e.lines().nth(1).unwrap().ends_with(&format!("| {line}")),
+                "{e}"
+            );
+        }
+    }
+    let os = write(
+        dir.path(),
+        "os.yaml",
+        &format!(
+            "{OPENSLO}---\n{}",
+            OPENSLO.replace("target: 0.95", "target: 0.005")
+        ),
+    );
+    let o = headroom(&["slo", "import", os.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    // OPENSLO is 21 lines, `---` is line 22, so the second document's objectives line (its
+    // 21st) is line 43; `target` starts in column 48 of it
+    assert!(
+        e.starts_with(&format!(
+            "error: {}:43:48: openslo[1].spec.objectives[0].target: target 0.005 makes p0.5",
+            os.display()
+        )),
+        "{e}"
+    );
+}

@@ -16,7 +16,7 @@
 //! written `p50`, `p95`, `p99`, `p99.9` and must lie strictly between 0 and 100.
 
 use crate::signal::LatencySignal;
-use crate::yaml::{YamlError, load_yaml, parse_yaml};
+use crate::yaml::{YamlError, parse_yaml};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -160,60 +160,100 @@ impl SloFile {
     /// ([`MIN_PERCENTILE`], [`MAX_PERCENTILE`]) or with more than three decimals,
     /// a duration without a unit, a ratio of 100 % or more.
     pub fn load(path: &Path) -> Result<SloFile, YamlError> {
-        let f: SloFile = load_yaml(path)?;
-        f.validate(path)?;
-        Ok(f)
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| YamlError::new(path, format!("cannot read file: {e}")))?;
+        SloFile::parse(&text, path)
     }
 
     /// Parses `slo.yaml` text; `origin` names it in errors.
     ///
     /// # Errors
-    /// As [`SloFile::load`].
+    /// As [`SloFile::load`]; every error carries the line and column of the offending key
+    /// (found with [`crate::yaml::field_location`] when the problem shows only after parsing,
+    /// e.g. `budget.target: 100%`). A file with nothing but blank lines and comments says that
+    /// `objectives:` was expected.
     pub fn parse(text: &str, origin: &Path) -> Result<SloFile, YamlError> {
+        let blank = text.lines().all(|l| {
+            let t = l.trim();
+            t.is_empty() || t.starts_with('#') || t == "---" || t == "..."
+        });
+        if blank {
+            return Err(YamlError::new(
+                origin,
+                "no SLO in the file (it is empty or only comments); expected `objectives:` with at least one class, e.g.\n  objectives:\n    \"*\": {ttft: {p95: 250ms}, error_rate: 0.5%}",
+            ));
+        }
         let f: SloFile = parse_yaml(text, origin)?;
-        f.validate(origin)?;
+        f.validate(text, origin)?;
         Ok(f)
     }
 
-    fn validate(&self, origin: &Path) -> Result<(), YamlError> {
-        let err = |m: String| YamlError::new(origin, m);
+    fn validate(&self, text: &str, origin: &Path) -> Result<(), YamlError> {
+        let err = |field: &str, m: String| {
+            YamlError::at(origin, text, crate::yaml::field_location(text, field), m)
+        };
         if self.objectives.is_empty() {
             return Err(err(
+                "objectives",
                 "field `objectives`: expected at least one class (use \"*\" for all)".into(),
             ));
         }
         for (class, o) in &self.objectives {
-            if let Some(r) = o.error_rate
-                && r >= 1.0
-            {
-                return Err(err(format!(
-                    "objectives.{class}.error_rate: {r} is 100 % or more; expected a ratio below 1 (e.g. 0.5%)"
-                )));
+            if let Some(r) = o.error_rate {
+                let field = format!("objectives.{class}.error_rate");
+                if r >= 1.0 {
+                    return Err(err(
+                        &field,
+                        format!(
+                            "{field}: {r} is 100 % or more; expected a ratio below 1 (e.g. 0.5%)"
+                        ),
+                    ));
+                }
+                if r <= 0.0 {
+                    return Err(err(
+                        &field,
+                        format!(
+                            "{field}: {r} leaves no error budget (a target of 100 %); expected a ratio above 0, e.g. 0.5%"
+                        ),
+                    ));
+                }
             }
             if self.spec_for(class).objectives.is_empty() {
-                return Err(err(format!(
-                    "objectives.{class}: no objective given; expected ttft, itl, tpot, e2e, queue_time or error_rate"
-                )));
+                return Err(err(
+                    &format!("objectives.{class}"),
+                    format!(
+                        "objectives.{class}: no objective given; expected ttft, itl, tpot, e2e, queue_time or error_rate"
+                    ),
+                ));
             }
         }
         if let Some(b) = &self.budget {
             if b.target >= 1.0 {
-                return Err(err(format!(
-                    "budget.target: {} is 100 % or more; a 100 % target leaves no error budget",
-                    b.target
-                )));
+                return Err(err(
+                    "budget.target",
+                    format!(
+                        "budget.target: {} is 100 % or more; a 100 % target leaves no error budget",
+                        b.target
+                    ),
+                ));
             }
             if b.target <= 0.0 {
-                return Err(err(format!(
-                    "budget.target: {} is 0 % or less; expected a share of good requests such as 99%",
-                    b.target
-                )));
+                return Err(err(
+                    "budget.target",
+                    format!(
+                        "budget.target: {} is 0 % or less; expected a share of good requests such as 99%",
+                        b.target
+                    ),
+                ));
             }
             if !(b.freeze_at > 0.0 && b.freeze_at <= 1.0) {
-                return Err(err(format!(
-                    "budget.freeze_at: {} is outside (0 %, 100 %]; expected the share of the budget consumed at which tuning freezes, e.g. 50%",
-                    b.freeze_at
-                )));
+                return Err(err(
+                    "budget.freeze_at",
+                    format!(
+                        "budget.freeze_at: {} is outside (0 %, 100 %]; expected the share of the budget consumed at which tuning freezes, e.g. 50%",
+                        b.freeze_at
+                    ),
+                ));
             }
         }
         Ok(())
@@ -565,6 +605,71 @@ mod tests {
             assert!(e.starts_with("slo.yaml:"), "{e}");
             assert!(!e.contains("error:") && !e.contains("<input>"), "{e}");
             assert!(e.contains(needle), "{needle} not in: {e}");
+        }
+    }
+
+    /// Problems found only after parsing still point at the offending key: line and column
+    /// counted by hand in each text, with the key's line quoted under the message.
+    #[test]
+    fn validation_errors_carry_the_key_location() {
+        for (text, head, line) in [
+            (
+                "objectives:\n  chat:\n    ttft: {p95: 250ms}\nbudget: {window: 30d, target: \"0\"}\n",
+                "slo.yaml:4:23: budget.target: 0 is 0 % or less",
+                "budget: {window: 30d, target: \"0\"}",
+            ),
+            (
+                "objectives:\n  chat:\n    ttft: {p95: 250ms}\nbudget:\n  window: 30d\n  target: 100%\n",
+                "slo.yaml:6:3: budget.target: 1 is 100 % or more",
+                "  target: 100%",
+            ),
+            (
+                "objectives:\n  chat:\n    error_rate: 0\n",
+                "slo.yaml:3:5: objectives.chat.error_rate: 0 leaves no error budget",
+                "    error_rate: 0",
+            ),
+            (
+                "objectives:\n  \"*\": {ttft: {p95: 1s}}\n  rag.v2:\n    error_rate: 100%\n",
+                "slo.yaml:4:5: objectives.rag.v2.error_rate: 1 is 100 % or more",
+                "    error_rate: 100%",
+            ),
+            (
+                "# SLO\nobjectives: {}\n",
+                "slo.yaml:2:1: field `objectives`: expected at least one class",
+                "objectives: {}",
+            ),
+            (
+                "objectives:\n  chat: {}\n",
+                "slo.yaml:2:3: objectives.chat: no objective given",
+                "  chat: {}",
+            ),
+            (
+                "objectives:\n  chat: {itl: {p99: 50ms}}\nbudget: {window: 7d, target: 99%, freeze_at: 0%}\n",
+                "slo.yaml:3:35: budget.freeze_at: 0 is outside",
+                "budget: {window: 7d, target: 99%, freeze_at: 0%}",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            let mut lines = e.lines();
+            let first = lines.next().unwrap();
+            assert!(first.starts_with(head), "{head}\n  vs {e}");
+            assert!(lines.next().unwrap().ends_with(&format!("| {line}")), "{e}");
+            // the caret sits under the key's column
+            let col: usize = head.split(':').nth(2).unwrap().parse().unwrap();
+            let caret = lines.next().unwrap();
+            let bar = caret.find('|').unwrap();
+            assert_eq!(caret.find('^').unwrap(), bar + 1 + col, "{e}");
+        }
+    }
+
+    #[test]
+    fn an_empty_or_comment_only_file_asks_for_objectives() {
+        for text in ["", "\n\n", "# only a comment\n", "---\n# nothing\n"] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(
+                e.starts_with("slo.yaml: no SLO in the file (it is empty or only comments); expected `objectives:`"),
+                "{e}"
+            );
         }
     }
 

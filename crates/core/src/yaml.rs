@@ -116,6 +116,187 @@ pub fn parse_yaml<T: DeserializeOwned>(text: &str, origin: &Path) -> Result<T, Y
     })
 }
 
+/// Line and column (1-based) of the key named by `field` in the YAML document `text`: a dotted
+/// path with `[i]` for sequence items, as validation messages name fields
+/// (`budget.window`, `objectives.chat.ttft.p95`, `spec.objectives[1].target`). Keys may hold
+/// dots themselves (`objectives.rag.v2.error_rate` finds the class `rag.v2`).
+///
+/// When the full path is not in the text (a field written differently, or a default), the
+/// nearest parent that is gives the location. `None` when nothing matches or `text` is not
+/// YAML; locating never fails otherwise.
+pub fn field_location(text: &str, field: &str) -> Option<(u64, u64)> {
+    document_field_location(text, 0, field)
+}
+
+/// As [`field_location`], in the `doc`-th document (0-based) of a multi-document stream
+/// (`---` separated, as OpenSLO files are).
+pub fn document_field_location(text: &str, doc: usize, field: &str) -> Option<(u64, u64)> {
+    let docs: Vec<locate::Node> = serde_saphyr::from_multiple(text).ok()?;
+    let root = docs.get(doc)?;
+    let mut path = field;
+    loop {
+        if let Some(l) = root.find(path) {
+            return Some(l);
+        }
+        let cut = path.rfind(['.', '['])?;
+        path = &path[..cut];
+    }
+}
+
+/// A YAML tree that keeps only keys, their locations and the shape, for [`field_location`].
+mod locate {
+    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde_saphyr::Spanned;
+    use std::fmt;
+
+    pub(super) enum Node {
+        /// Keys (as text), where each key is written, and its value.
+        Map(Vec<(String, (u64, u64), Node)>),
+        /// Items and where each starts.
+        Seq(Vec<((u64, u64), Node)>),
+        Leaf,
+    }
+
+    fn at<T>(s: &Spanned<T>) -> (u64, u64) {
+        (s.referenced.line(), s.referenced.column())
+    }
+
+    impl Node {
+        /// Location of `path` below this node.
+        pub(super) fn find(&self, path: &str) -> Option<(u64, u64)> {
+            match self {
+                Node::Map(entries) => {
+                    // longest keys first, so `rag.v2` wins over `rag`
+                    let mut order: Vec<&(String, (u64, u64), Node)> = entries.iter().collect();
+                    order.sort_by_key(|e| std::cmp::Reverse(e.0.len()));
+                    for (k, loc, v) in order {
+                        let Some(rest) = path.strip_prefix(k.as_str()) else {
+                            continue;
+                        };
+                        if rest.is_empty() {
+                            return Some(*loc).filter(|l| l.0 > 0);
+                        }
+                        let found = if let Some(r) = rest.strip_prefix('.') {
+                            v.find(r)
+                        } else if rest.starts_with('[') {
+                            v.find(rest)
+                        } else {
+                            None
+                        };
+                        if found.is_some() {
+                            return found;
+                        }
+                    }
+                    None
+                }
+                Node::Seq(items) => {
+                    let inner = path.strip_prefix('[')?;
+                    let (i, rest) = inner.split_once(']')?;
+                    let (loc, v) = items.get(i.parse::<usize>().ok()?)?;
+                    if rest.is_empty() {
+                        Some(*loc).filter(|l| l.0 > 0)
+                    } else if let Some(r) = rest.strip_prefix('.') {
+                        v.find(r)
+                    } else {
+                        v.find(rest)
+                    }
+                }
+                Node::Leaf => None,
+            }
+        }
+    }
+
+    /// Any scalar key, as text.
+    struct Key(String);
+
+    impl<'de> Deserialize<'de> for Key {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = Key;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a scalar key")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+                    Ok(Key(v.to_owned()))
+                }
+                fn visit_bool<E: de::Error>(self, v: bool) -> Result<Key, E> {
+                    Ok(Key(v.to_string()))
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Key, E> {
+                    Ok(Key(v.to_string()))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Key, E> {
+                    Ok(Key(v.to_string()))
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Key, E> {
+                    Ok(Key(v.to_string()))
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Key, E> {
+                    Ok(Key(String::new()))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Node {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Node;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any YAML value")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Node, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(k) = m.next_key::<Spanned<Key>>()? {
+                        let v = m.next_value::<Node>()?;
+                        out.push((k.value.0.clone(), at(&k), v));
+                    }
+                    Ok(Node::Map(out))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Node, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(item) = s.next_element::<Spanned<Node>>()? {
+                        let loc = at(&item);
+                        out.push((loc, item.value));
+                    }
+                    Ok(Node::Seq(out))
+                }
+                fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Node, D2::Error> {
+                    Node::deserialize(d)
+                }
+                fn visit_none<E: de::Error>(self) -> Result<Node, E> {
+                    Ok(Node::Leaf)
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Node, E> {
+                    Ok(Node::Leaf)
+                }
+                fn visit_bool<E: de::Error>(self, _: bool) -> Result<Node, E> {
+                    Ok(Node::Leaf)
+                }
+                fn visit_i64<E: de::Error>(self, _: i64) -> Result<Node, E> {
+                    Ok(Node::Leaf)
+                }
+                fn visit_u64<E: de::Error>(self, _: u64) -> Result<Node, E> {
+                    Ok(Node::Leaf)
+                }
+                fn visit_f64<E: de::Error>(self, _: f64) -> Result<Node, E> {
+                    Ok(Node::Leaf)
+                }
+                fn visit_str<E: de::Error>(self, _: &str) -> Result<Node, E> {
+                    Ok(Node::Leaf)
+                }
+                fn visit_bytes<E: de::Error>(self, _: &[u8]) -> Result<Node, E> {
+                    Ok(Node::Leaf)
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+}
+
 /// Adds what was expected to the parser's terse numeric messages ("invalid u32").
 fn explain(message: &str) -> String {
     let expected = match message {
@@ -194,6 +375,36 @@ mod tests {
         let caret = e.lines().nth(2).unwrap();
         let src = e.lines().nth(1).unwrap();
         assert_eq!(caret.find('^'), src.find("-5"));
+    }
+
+    #[test]
+    fn fields_are_located_at_their_keys() {
+        let text = "objectives:\n  \"*\": {error_rate: 1%}\n  rag.v2:\n    ttft: {p95: 1s}\n    error_rate: 0\nbudget: {window: 30d, target: \"0\"}\nlist:\n  - a: 1\n  - {b: 2, c: 3}\n";
+        for (field, want) in [
+            ("objectives", Some((1, 1))),
+            ("objectives.*.error_rate", Some((2, 9))),
+            ("objectives.rag.v2", Some((3, 3))),
+            ("objectives.rag.v2.error_rate", Some((5, 5))),
+            ("objectives.rag.v2.ttft.p95", Some((4, 12))),
+            // p99 is not written: the nearest parent, ttft
+            ("objectives.rag.v2.ttft.p99", Some((4, 5))),
+            ("budget.target", Some((6, 23))),
+            ("budget.window", Some((6, 10))),
+            ("list[0].a", Some((8, 5))),
+            ("list[1]", Some((9, 5))),
+            ("list[1].c", Some((9, 12))),
+            ("list[7].c", Some((7, 1))),
+            ("absent_for", None),
+        ] {
+            assert_eq!(field_location(text, field), want, "{field}");
+        }
+        assert_eq!(field_location(": : :\n - [", "a"), None);
+        let stream = "a: 1\n---\nspec:\n  objectives:\n    - {op: gt}\n";
+        assert_eq!(
+            document_field_location(stream, 1, "spec.objectives[0].op"),
+            Some((5, 8))
+        );
+        assert_eq!(document_field_location(stream, 2, "spec"), None);
     }
 
     #[test]
