@@ -322,6 +322,20 @@ fn fnv1a(bytes: &[u8]) -> u32 {
     h
 }
 
+/// Labels of an alerting rule: Prometheus expands alert label values as Go templates, so the
+/// `--label` values print literally too ([`template_literal`]); the values in `extra` are
+/// already template text.
+fn alert_labels(
+    base: &BTreeMap<String, String>,
+    extra: &[(&str, String)],
+) -> BTreeMap<String, String> {
+    let literal: BTreeMap<String, String> = base
+        .iter()
+        .map(|(k, v)| (k.clone(), template_literal(v)))
+        .collect();
+    with_labels(&literal, extra)
+}
+
 fn with_labels(
     base: &BTreeMap<String, String>,
     extra: &[(&str, String)],
@@ -416,7 +430,7 @@ fn burn_alert(
         ratio_record(&t.spec.long),
         ratio_record(&t.spec.short)
     );
-    let labels = with_labels(
+    let labels = alert_labels(
         &opts.labels,
         &[
             ("severity", t.spec.severity.label().into()),
@@ -540,7 +554,7 @@ fn queue_alert(slo: &SloFile, class: &str, q: &QueueAlert, opts: &RulesOptions) 
         alert: QUEUE_ALERT.into(),
         expr: LitString(expr),
         for_: Some(q.for_.clone()),
-        labels: with_labels(
+        labels: alert_labels(
             &opts.labels,
             &[
                 ("severity", "ticket".into()),
@@ -585,7 +599,7 @@ fn absent_alert(s: &Sli, for_: &str, opts: &RulesOptions) -> Rule {
         alert: ABSENT_ALERT.into(),
         expr: LitString(format!("absent({series})")),
         for_: Some(for_.to_string()),
-        labels: with_labels(
+        labels: alert_labels(
             &opts.labels,
             &[
                 ("severity", "ticket".into()),

@@ -154,7 +154,7 @@ fn colliding_class_names_give_distinct_groups_that_pass_promtool() {
 
 /// Alert labels and annotations are Go templates. Class names that look like templates
 /// (`{{ $labels.model_name }}`), that break one (`{{ broken`) or that hold quotes, backslashes and
-/// `}}` print literally: promtool accepts the file, and in the fired missing-series alert the
+/// `}}`, and a `--label` value such as `{{ infra`, print literally: promtool accepts the file, and in the fired missing-series alert the
 /// summary, the description and the `slo_class` label carry the class exactly as written.
 #[test]
 fn template_like_class_names_print_literally_in_fired_alerts() {
@@ -171,6 +171,7 @@ fn template_like_class_names_print_literally_in_fired_alerts() {
     let opts = RulesOptions {
         absent_for: Some("1m".into()),
         queue_alert: None,
+        labels: [("team".to_string(), "{{ infra".to_string())].into(),
         ..Default::default()
     };
     let r = headroom_slo::rules(&f, &opts).unwrap();
@@ -188,6 +189,7 @@ fn template_like_class_names_print_literally_in_fired_alerts() {
         alerts.push(serde_json::json!({
             "exp_labels": {
                 "severity": "ticket",
+                "team": "{{ infra",
                 "slo_class": c,
                 "slo_objective": "ttft_p95",
                 "model_name": c,
