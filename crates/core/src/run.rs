@@ -65,6 +65,13 @@ pub struct LatencySummary {
     pub max_s: f64,
 }
 
+/// Fewest finished requests on which an undecided error objective is settled by its point
+/// estimate (a certain breach or pass needs no minimum). Deliberately below `1 / max_ratio`:
+/// answers longer than a level's window finish a few dozen requests per level, and the error
+/// objective is there to catch an overloaded server's errors, which a Wilson interval shows as
+/// certain within a few requests.
+pub const MIN_REQUESTS_FOR_ERROR_RATE: u64 = 10;
+
 /// Judgement of one objective at one level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ObjectiveResult {
@@ -102,6 +109,57 @@ impl ObjectiveResult {
             verdict,
             samples,
             reason,
+        }
+    }
+
+    /// The judgement of an error objective: `bad` errors + aborts among `n` finished requests
+    /// against `max_ratio`, the same rule wherever it is judged (the sweep on the client's counts,
+    /// `diagnose` on the engine's counters). A 95 % Wilson interval (Newcombe 1998) entirely above
+    /// the ratio is a certain breach (FAIL), entirely at or below a certain pass; in between,
+    /// with at least [`MIN_REQUESTS_FOR_ERROR_RATE`] requests the point estimate decides, with
+    /// fewer it is INCONCLUSIVE — and so is an undecided interval before the window's end
+    /// (`final_window` false). `share` describes the counts (`0 errors + aborts of 11 finished
+    /// requests`) and starts the reason.
+    pub fn error_ratio(
+        objective: &crate::slo::Objective,
+        bad: u64,
+        n: u64,
+        max_ratio: f64,
+        final_window: bool,
+        share: String,
+    ) -> ObjectiveResult {
+        use crate::stats::{Decision, decide};
+        let r = |v, why: String| {
+            let observed = (n > 0).then(|| bad as f64 / n as f64);
+            ObjectiveResult::new(objective, max_ratio, observed, v, n, why)
+        };
+        if n == 0 {
+            return r(
+                Verdict::Inconclusive,
+                format!("{share}; no finished requests"),
+            );
+        }
+        match decide(bad, n, max_ratio) {
+            Decision::BreachCertain => r(Verdict::Fail, format!("{share}; breach certain at 95 %")),
+            Decision::PassCertain => r(Verdict::Pass, share),
+            Decision::Undecided if !final_window => r(Verdict::Inconclusive, share),
+            Decision::Undecided if n < MIN_REQUESTS_FOR_ERROR_RATE => r(
+                Verdict::Inconclusive,
+                format!("{share}; fewer than {MIN_REQUESTS_FOR_ERROR_RATE} finished requests"),
+            ),
+            Decision::Undecided => {
+                let v = if bad as f64 / n as f64 <= max_ratio {
+                    Verdict::Pass
+                } else {
+                    Verdict::Fail
+                };
+                r(
+                    v,
+                    format!(
+                        "{share}; decided by the point estimate (95 % interval straddles the target)"
+                    ),
+                )
+            }
         }
     }
 

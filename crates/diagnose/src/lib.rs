@@ -489,30 +489,16 @@ fn error_objective(w: &Window, f: &Facts, o: &Objective, max_ratio: f64) -> Obje
         );
     };
     let bad = f.finished_error.unwrap_or(0.0) + f.finished_abort.unwrap_or(0.0);
-    let r = bad / n;
-    // Below 1/max_ratio requests one error already exceeds the objective: too few to judge a
-    // pass.
-    let need = (1.0 / max_ratio.max(1e-9)).ceil();
-    let verdict = if r > max_ratio {
-        Verdict::Fail
-    } else if n < need {
-        Verdict::Inconclusive
-    } else {
-        Verdict::Pass
-    };
-    ObjectiveResult::new(
+    // The sweep's rule ([`ObjectiveResult::error_ratio`]), so a level reads the same in both.
+    let (bad, n) = (bad.round() as u64, n.round() as u64);
+    ObjectiveResult::error_ratio(
         o,
+        bad,
+        n,
         max_ratio,
-        Some(r),
-        verdict,
-        n.round() as u64,
+        true,
         format!(
-            "server-side (vllm:request_success_total): {bad} error + abort of {n} finished{}",
-            if verdict == Verdict::Inconclusive {
-                format!("; fewer than {need} requests to judge {max_ratio}")
-            } else {
-                String::new()
-            }
+            "server-side (vllm:request_success_total): {bad} errors + aborts of {n} finished requests"
         ),
     )
 }

@@ -29,9 +29,7 @@ pub fn needs_more_samples(results: &[ObjectiveResult]) -> bool {
     results.iter().any(|r| r.verdict == Verdict::Inconclusive)
 }
 
-/// Fewest finished requests on which an undecided error objective is settled by its point
-/// estimate (a certain breach or pass needs no minimum).
-pub const MIN_REQUESTS_FOR_ERROR_RATE: u64 = 10;
+pub use headroom_core::run::MIN_REQUESTS_FOR_ERROR_RATE;
 
 /// Evaluates every objective. `final_window` is false for the checks during a level (early stop),
 /// true for the verdict that is recorded.
@@ -233,66 +231,14 @@ fn error_rate(
         .filter(|(k, _)| k.counts_as_error())
         .map(|(_, v)| v)
         .sum();
-    if n == 0 {
-        return ObjectiveResult::new(
-            o,
-            max_ratio,
-            None,
-            Verdict::Inconclusive,
-            0,
-            "no finished requests".into(),
-        );
-    }
-    let observed = bad as f64 / n as f64;
-    let share = format!("{bad} errors + aborts of {n} finished requests");
-    match decide(bad, n, max_ratio) {
-        Decision::BreachCertain => ObjectiveResult::new(
-            o,
-            max_ratio,
-            Some(observed),
-            Verdict::Fail,
-            n,
-            format!("{share}; breach certain at 95 %"),
-        ),
-        Decision::PassCertain => {
-            ObjectiveResult::new(o, max_ratio, Some(observed), Verdict::Pass, n, share)
-        }
-        Decision::Undecided if !final_window => ObjectiveResult::new(
-            o,
-            max_ratio,
-            Some(observed),
-            Verdict::Inconclusive,
-            n,
-            share,
-        ),
-        Decision::Undecided if n < MIN_REQUESTS_FOR_ERROR_RATE => ObjectiveResult::new(
-            o,
-            max_ratio,
-            Some(observed),
-            Verdict::Inconclusive,
-            n,
-            format!("{share}; fewer than {MIN_REQUESTS_FOR_ERROR_RATE} finished requests"),
-        ),
-        Decision::Undecided => {
-            // With zero errors the only question is whether enough requests ran to mean anything;
-            // the point estimate then decides, as for latency.
-            let v = if observed <= max_ratio {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            };
-            ObjectiveResult::new(
-                o,
-                max_ratio,
-                Some(observed),
-                v,
-                n,
-                format!(
-                    "{share}; decided by the point estimate (95 % interval straddles the target)"
-                ),
-            )
-        }
-    }
+    ObjectiveResult::error_ratio(
+        o,
+        bad,
+        n,
+        max_ratio,
+        final_window,
+        format!("{bad} errors + aborts of {n} finished requests"),
+    )
 }
 
 #[cfg(test)]
