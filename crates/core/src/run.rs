@@ -513,6 +513,31 @@ mod tests {
         }
     }
 
+    /// The error objective's rule, by hand: Wilson 95 % bounds (0/11: [0, 0.259]; 1/3: lower
+    /// 0.0615; 0/1000: upper z²/(n + z²) = 0.00383).
+    #[test]
+    fn error_ratio_rule_by_hand() {
+        let o = crate::slo::Objective::ErrorRate { max_ratio: 0.005 };
+        let j = |bad, n, fin| ObjectiveResult::error_ratio(&o, bad, n, 0.005, fin, "s".into());
+        let r = j(0, 11, true);
+        assert_eq!(
+            (r.verdict, r.samples, r.observed),
+            (Verdict::Pass, 11, Some(0.0))
+        );
+        assert!(r.reason.contains("point estimate"), "{}", r.reason);
+        assert_eq!(j(0, 11, false).verdict, Verdict::Inconclusive);
+        let r = j(0, 9, true);
+        assert_eq!(r.verdict, Verdict::Inconclusive);
+        assert!(r.reason.contains("fewer than 10"), "{}", r.reason);
+        let r = j(1, 3, false);
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert!(r.reason.contains("breach certain"), "{}", r.reason);
+        let r = j(0, 1000, false);
+        assert_eq!((r.verdict, r.reason.as_str()), (Verdict::Pass, "s"));
+        let r = j(0, 0, true);
+        assert_eq!((r.verdict, r.observed), (Verdict::Inconclusive, None));
+    }
+
     #[test]
     fn error_counts_and_verdict_line_by_hand() {
         let mut l = level(
