@@ -88,6 +88,17 @@ pub fn vllm_histogram(signal: LatencySignal) -> HistogramSpec {
     }
 }
 
+/// The gateway's finished requests by `class`, `tenant` and `outcome` (crate `headroom-gateway`).
+pub const GATEWAY_REQUESTS: &str = "headroom_gateway_requests_total";
+
+/// Gateway outcomes that burn the error budget: the service failed the request (an upstream
+/// 5xx/429/unreachable/broken stream, a timeout, or the gateway's own admission refusal).
+pub const GATEWAY_BAD_OUTCOMES: [&str; 3] = ["upstream_error", "timeout", "rejected"];
+
+/// Gateway outcomes that are not events of the service at all: the client hung up, or sent a
+/// request the upstream refused as invalid (400, 404, 413, 422).
+pub const GATEWAY_NOT_SERVICE_OUTCOMES: [&str; 2] = ["client_cancel", "invalid_request"];
+
 /// Label that carries the request class on the gateway's series.
 pub const GATEWAY_CLASS_LABEL: &str = "class";
 

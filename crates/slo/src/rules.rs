@@ -576,7 +576,7 @@ fn absent_alert(s: &Sli, for_: &str, opts: &RulesOptions) -> Rule {
             m.push(crate::promql::le_matcher(le));
             crate::promql::selector(&format!("{metric}_bucket"), &m)
         }
-        SliSource::Errors { .. } => s.total_series(),
+        SliSource::Errors { .. } | SliSource::GatewayErrors { .. } => s.total_series(),
     };
     let mut ann = BTreeMap::new();
     ann.insert(

@@ -40,8 +40,10 @@ pub enum LatencySource {
     /// vLLM's own histograms (server-side); thresholds must be vLLM bucket bounds.
     #[default]
     Vllm,
-    /// The Headroom gateway's `headroom_gateway_*_seconds` histograms (client-side definitions,
-    /// buckets at every SLO threshold, label `class`). Queue time stays on vLLM's histogram.
+    /// The Headroom gateway's series, labelled `class`: latency from its
+    /// `headroom_gateway_*_seconds` histograms (client-side definitions, buckets at every SLO
+    /// threshold), errors from its `headroom_gateway_requests_total{outcome}`. Queue time stays
+    /// on vLLM's histogram, over every request of the engine (it has no class).
     Gateway,
 }
 
@@ -123,6 +125,13 @@ pub enum SliSource {
         /// Class selector.
         selector: Vec<Matcher>,
     },
+    /// The gateway's outcomes (with [`LatencySource::Gateway`]): bad events are requests that
+    /// ended `upstream_error`, `timeout` or `rejected`; all events every finished request except
+    /// `client_cancel` and `invalid_request` (the client's doing, not the service's).
+    GatewayErrors {
+        /// Class selector on `headroom_gateway_requests_total`.
+        selector: Vec<Matcher>,
+    },
     /// Bad events are aborted and failed requests plus HTTP 5xx.
     Errors {
         /// Class selector on `vllm:request_success_total`.
@@ -182,6 +191,26 @@ impl Sli {
                 );
                 (format!("{count} - {good}"), count)
             }
+            SliSource::GatewayErrors { selector: sel } => {
+                let with = |m: Matcher| {
+                    let mut v = sel.clone();
+                    v.push(m);
+                    format!(
+                        "(sum({func}({}[{w}])) or vector(0))",
+                        selector(catalogue::GATEWAY_REQUESTS, &v)
+                    )
+                };
+                (
+                    with(Matcher::re(
+                        "outcome",
+                        &catalogue::GATEWAY_BAD_OUTCOMES.join("|"),
+                    )),
+                    with(Matcher::not_re(
+                        "outcome",
+                        &catalogue::GATEWAY_NOT_SERVICE_OUTCOMES.join("|"),
+                    )),
+                )
+            }
             SliSource::Errors {
                 selector: sel,
                 http,
@@ -231,6 +260,9 @@ impl Sli {
                 ..
             } => selector(&format!("{metric}_count"), sel),
             SliSource::Errors { selector: sel, .. } => selector(VLLM_REQUEST_SUCCESS, sel),
+            SliSource::GatewayErrors { selector: sel } => {
+                selector(catalogue::GATEWAY_REQUESTS, sel)
+            }
         }
     }
 }
@@ -416,12 +448,18 @@ fn resolve_one(
                 None => {
                     let h = catalogue::vllm_histogram(signal);
                     let (le, t) = bucket_for(&h, threshold_s, opts, &field, warnings)?;
-                    (
-                        h.metric,
-                        le,
-                        t,
-                        engine_selector(slo, &opts.selectors, class),
-                    )
+                    // With the gateway's classes, only the engine knows queue time, and its
+                    // series carry no class: the objective is judged on all of its requests.
+                    let sel = if opts.latency_source == LatencySource::Gateway {
+                        warnings.push(format!(
+                            "{field}: queue time is measured only by the engine, whose series carry no request class; with --latency-source gateway it is judged on every request of the engine (matchers {:?}), not on class {class:?} alone",
+                            opts.selectors.common.iter().map(|m| m.to_string()).collect::<Vec<_>>()
+                        ));
+                        opts.selectors.common.clone()
+                    } else {
+                        engine_selector(slo, &opts.selectors, class)
+                    };
+                    (h.metric, le, t, sel)
                 }
             };
             let target = clean(percentile / 100.0);
@@ -450,6 +488,19 @@ fn resolve_one(
                         "{max_ratio} leaves no error budget (target of 100 % or more); expected a ratio in (0, 1), e.g. 0.5%"
                     ),
                 ));
+            }
+            if opts.latency_source == LatencySource::Gateway {
+                // The gateway's outcomes are per class; the engine's counters are not.
+                return Ok(Sli {
+                    class: class.into(),
+                    objective,
+                    field,
+                    target: clean(1.0 - max_ratio),
+                    budget: clean(max_ratio),
+                    source: SliSource::GatewayErrors {
+                        selector: gateway_selector(slo, &opts.selectors, class),
+                    },
+                });
             }
             let mut http = opts.selectors.http.clone();
             if let Some(h) = &mut http {
@@ -594,6 +645,44 @@ mod tests {
         };
         let (s, _) = resolve(&f, &down).unwrap();
         assert!(matches!(&s[0].source, SliSource::Latency { le, .. } if le == "0.25"));
+    }
+
+    /// With the gateway's classes, queue time (engine-only, no class label) is judged on every
+    /// request of the engine, with a warning, and errors come from the gateway's outcomes.
+    #[test]
+    fn gateway_source_judges_queue_engine_wide_and_errors_per_class() {
+        let f = slo("objectives:\n  long: {queue_time: {p95: 500ms}, error_rate: 1%}\n");
+        let mut opts = SliOptions {
+            latency_source: LatencySource::Gateway,
+            ..Default::default()
+        };
+        opts.selectors.common = vec![Matcher::eq("job", "vllm")];
+        let (s, w) = resolve(&f, &opts).unwrap();
+        let queue = s
+            .iter()
+            .find(|x| x.field.ends_with("queue_time.p95"))
+            .unwrap();
+        assert!(
+            matches!(&queue.source, SliSource::Latency { metric, selector, .. }
+                if metric == "vllm:request_queue_time_seconds" && *selector == vec![Matcher::eq("job", "vllm")]),
+            "{:?}",
+            queue.source
+        );
+        assert!(
+            w.iter()
+                .any(|x| x.contains("judged on every request of the engine")),
+            "{w:?}"
+        );
+        let err = s.iter().find(|x| x.field.ends_with("error_rate")).unwrap();
+        let (bad, total) = err.increases("1h");
+        assert_eq!(
+            bad,
+            "(sum(increase(headroom_gateway_requests_total{class=\"long\",outcome=~\"upstream_error|timeout|rejected\"}[1h])) or vector(0))"
+        );
+        assert_eq!(
+            total,
+            "(sum(increase(headroom_gateway_requests_total{class=\"long\",outcome!~\"client_cancel|invalid_request\"}[1h])) or vector(0))"
+        );
     }
 
     #[test]

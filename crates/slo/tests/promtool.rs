@@ -441,6 +441,71 @@ LABELS_M_TICKETS
     run(&pt, &["test", "rules", "test.yaml"], dir.path());
 }
 
+/// With `--latency-source gateway` the error objective reads the gateway's outcomes per class:
+/// `upstream_error`, `timeout` and `rejected` burn the budget; `client_cancel` and
+/// `invalid_request` are not events of the service and do not dilute it. (A new user found the
+/// error rules still reading vLLM's counters by `model_name=<class>`, so a gateway class that is
+/// not a served model had no error SLI at all.)
+#[test]
+fn gateway_error_ratio_reads_the_gateways_outcomes_per_class() {
+    let Some(pt) = promtool() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = RulesOptions::default();
+    gw.sli.latency_source = LatencySource::Gateway;
+    let f = slo("objectives:\n  chat: {error_rate: 1%}\n  long: {error_rate: 1%}\n");
+    let (file, _) = rule_file(&f, &gw).unwrap();
+    write_rules(dir.path(), file);
+    // chat: 100 stop/min, 50 client_cancel/min and 30 invalid_request/min throughout, 20
+    // upstream_error/min in minutes 120–240. long: 10 stop/min and nothing else. If cancels
+    // and invalid requests counted as events, chat's 1h ratio would be 20/200 = 0.10 < 0.144
+    // and page_fast would not fire; as defined it is 20/120 = 0.167.
+    let t = "rule_files: [rules.yaml]
+evaluation_interval: 5m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'headroom_gateway_requests_total{class=\"chat\",tenant=\"other\",outcome=\"stop\"}'
+        values: '0+100x480'
+      - series: 'headroom_gateway_requests_total{class=\"chat\",tenant=\"other\",outcome=\"client_cancel\"}'
+        values: '0+50x480'
+      - series: 'headroom_gateway_requests_total{class=\"chat\",tenant=\"other\",outcome=\"invalid_request\"}'
+        values: '0+30x480'
+      - series: 'headroom_gateway_requests_total{class=\"chat\",tenant=\"other\",outcome=\"upstream_error\"}'
+        values: '0+0x120 20+20x119 2400+0x240'
+      - series: 'headroom_gateway_requests_total{class=\"long\",tenant=\"other\",outcome=\"stop\"}'
+        values: '0+10x480'
+    alert_rule_test:
+      - eval_time: 200m
+        alertname: HeadroomErrorBudgetBurn
+        exp_alerts:
+LABELS_CHAT_ALL
+      - eval_time: 200m
+        alertname: HeadroomSLIAbsent
+        exp_alerts: []
+    promql_expr_test:
+      - expr: 'headroom:slo_errors_per_event:ratio_rate1h{slo_class=\"chat\"}'
+        eval_time: 200m
+        exp_samples:
+          - labels: 'headroom:slo_errors_per_event:ratio_rate1h{slo_class=\"chat\",slo_objective=\"error_rate\"}'
+            value: 0.16666666666666666
+      - expr: 'headroom:slo_errors_per_event:ratio_rate1h{slo_class=\"long\"}'
+        eval_time: 200m
+        exp_samples:
+          - labels: 'headroom:slo_errors_per_event:ratio_rate1h{slo_class=\"long\",slo_objective=\"error_rate\"}'
+            value: 0
+";
+    let all: String = ["page_fast", "page_slow", "ticket_fast", "ticket_slow"]
+        .iter()
+        .map(|tier| burn_labels("chat", "error_rate", tier))
+        .collect();
+    std::fs::write(
+        dir.path().join("test.yaml"),
+        t.replace("LABELS_CHAT_ALL\n", &all),
+    )
+    .unwrap();
+    run(&pt, &["test", "rules", "test.yaml"], dir.path());
+}
+
 #[test]
 fn queue_time_alert_fires_on_mean_above_the_objective_and_resolves() {
     let Some(pt) = promtool() else { return };
