@@ -397,7 +397,13 @@ fn latency_objective(
             Verdict::Inconclusive,
             samples,
             format!(
-                "server-side ({metric}): {samples} observations, fewer than the {need} needed for p{percentile}"
+                "server-side ({metric}): {samples} observations, fewer than the {need} needed for p{percentile}{}",
+                // The figure shown is then only the first bucket's bound: say so, so every
+                // display marks it "≤".
+                match q.filter(|q| q.upper_bound_only) {
+                    Some(q) => format!("; {UPPER_BOUND_ONLY} {} s", q.upper),
+                    None => String::new(),
+                }
             ),
         );
     }
@@ -406,7 +412,9 @@ fn latency_objective(
         let (verdict, why) = if le0 <= threshold_s {
             (
                 Verdict::Pass,
-                format!("holds: {UPPER_BOUND_ONLY} {le0} s, and {le0} s is within the threshold"),
+                format!(
+                    "holds: {UPPER_BOUND_ONLY} {le0} s, which does not exceed the threshold (a value equal to it meets it, as Prometheus' le does)"
+                ),
             )
         } else {
             (
@@ -439,6 +447,12 @@ fn latency_objective(
         );
     };
     let (bad_lo, bad_hi) = (1.0 - hi, 1.0 - lo);
+    // Exact when the threshold is a bucket bound; a range when it falls inside a bucket.
+    let share = if (bad_hi - bad_lo).abs() < 5e-5 {
+        format!("{:.2} %", bad_lo * 100.0)
+    } else {
+        format!("{:.2}–{:.2} %", bad_lo * 100.0, bad_hi * 100.0)
+    };
     let (verdict, why) = if bad_hi <= allowed + 1e-12 {
         (Verdict::Pass, "holds")
     } else if bad_lo > allowed + 1e-12 {
@@ -456,9 +470,7 @@ fn latency_objective(
         verdict,
         samples,
         format!(
-            "server-side ({metric}), {why}: {:.2}–{:.2} % of {samples} observations above {threshold_s} s (allowed {:.2} %); p{percentile} ≈ {} s, {bracket}",
-            bad_lo * 100.0,
-            bad_hi * 100.0,
+            "server-side ({metric}), {why}: {share} of {samples} observations above {threshold_s} s (allowed {:.2} %); p{percentile} ≈ {} s, {bracket}",
             allowed * 100.0,
             observed
                 .map(|v| format!("{v:.4}"))

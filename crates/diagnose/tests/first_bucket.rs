@@ -103,4 +103,48 @@ fn too_few_observations_stay_inconclusive_even_in_the_first_bucket() {
             .reason
             .contains("fewer than the 1000 needed")
     );
+    // The figure shown with it is still only the bound, and says so (displays print "≤ 300 ms",
+    // not "300 ms" beside a 300 ms threshold).
+    assert_eq!(a.objectives[0].observed, Some(0.3));
+    assert!(
+        a.objectives[0]
+            .reason
+            .contains(&format!("{UPPER_BOUND_ONLY} 0.3 s")),
+        "{}",
+        a.objectives[0].reason
+    );
+}
+
+/// A threshold on a bucket bound gives an exact share above it, printed as one number; one
+/// inside a bucket a range.
+#[test]
+fn the_share_above_the_threshold_is_one_number_when_exact() {
+    let ttft = |thr: f64| Objective::Latency {
+        signal: LatencySignal::Ttft,
+        percentile: 50.0,
+        threshold_s: thr,
+    };
+    let a = assess(
+        &window(),
+        None,
+        &SloSpec {
+            objectives: vec![ttft(0.1), ttft(0.3)],
+        },
+    );
+    // 30 of 40 above 0.1 s (a bound): 75.00 %, a breach of p50.
+    assert!(
+        a.objectives[0]
+            .reason
+            .contains("breached: 75.00 % of 40 observations above 0.1 s"),
+        "{}",
+        a.objectives[0].reason
+    );
+    // 0.3 s lies inside (0.1, 0.5]: between 0 and 75 % above it.
+    assert!(
+        a.objectives[1]
+            .reason
+            .contains("0.00–75.00 % of 40 observations above 0.3 s"),
+        "{}",
+        a.objectives[1].reason
+    );
 }
