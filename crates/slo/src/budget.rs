@@ -291,7 +291,20 @@ pub async fn budget_report(
     let (period, _) = policy(slo)?;
     let mut r = render(&statuses, &period);
     r.warnings = warnings;
+    r.warnings.extend(unused_target_note(slo));
     Ok(r)
+}
+
+/// The note for a `budget.target` in slo.yaml: it enters neither the rules nor the budget,
+/// because each objective carries its own target (`p95` → 95 % of requests within the
+/// threshold, `error_rate: 0.5%` → 99.5 % of requests good), and a reader seeing targets of
+/// 95 % and 99.5 % beside a file that says 99 % deserves to know why.
+pub fn unused_target_note(slo: &SloFile) -> Option<String> {
+    let b = slo.budget.as_ref()?;
+    Some(format!(
+        "budget.target ({} %) is not used: each objective carries its own target (a p95 latency objective: 95 % of requests within its threshold; error_rate 0.5 %: 99.5 % of requests good); budget.window and budget.freeze_at apply",
+        fmt_float((b.target * 1e4).round() / 100.0)
+    ))
 }
 
 async fn counts(
@@ -444,6 +457,20 @@ pub fn render(statuses: &[BudgetStatus], period: &str) -> Rendered {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unused_budget_target_is_explained() {
+        let f = |t: &str| SloFile::parse(t, std::path::Path::new("slo.yaml")).unwrap();
+        let n = unused_target_note(&f(
+            "objectives:\n  \"*\": {error_rate: 1%}\nbudget: {window: 30d, target: 99.5%}\n",
+        ))
+        .unwrap();
+        assert!(n.starts_with("budget.target (99.5 %) is not used"), "{n}");
+        assert_eq!(
+            unused_target_note(&f("objectives:\n  \"*\": {error_rate: 1%}\n")),
+            None
+        );
+    }
 
     fn tiers30() -> Vec<BurnTier> {
         tiers::resolve("30d", &tiers::workbook_tiers()).unwrap().1

@@ -253,7 +253,8 @@ pub fn rule_file(slo: &SloFile, opts: &RulesOptions) -> Result<(RuleFile, Vec<St
 /// # Errors
 /// As [`rule_file`].
 pub fn rules(slo: &SloFile, opts: &RulesOptions) -> Result<Rendered, SloError> {
-    let (file, warnings) = rule_file(slo, opts)?;
+    let (file, mut warnings) = rule_file(slo, opts)?;
+    warnings.extend(crate::budget::unused_target_note(slo));
     let yaml = serde_saphyr::to_string(&file).map_err(|e| SloError::Invalid {
         field: "rules".into(),
         message: format!("cannot serialise the rule file: {e}"),
