@@ -14,9 +14,12 @@
 //!   firing pair is visible — autometrics-shared #82, Pyrra #1883), labelled `severity`, `tier`,
 //!   `long`, `short`, `burn_factor`, `exhaustion`, `slo_class`, `slo_objective`.
 //! - `HeadroomEngineQueueing`: mean engine queue time over 5 m above the class's tightest
-//!   `queue_time` threshold (or [`QueueAlert::default_mean_s`]). A mean above a percentile's bound
-//!   means that percentile is already breached, and queue time rises before TTFT and before any
-//!   budget burns: it is the earliest saturation signal. There is deliberately no alert on VRAM:
+//!   `queue_time` threshold (or [`QueueAlert::default_mean_s`]). A mean above the threshold means
+//!   requests wait longer than it on average, so the percentile objective is at risk (it does not
+//!   prove it breached: a few very long waits can lift a mean). Queue time rises before TTFT and
+//!   before any budget burns: it is the earliest saturation signal. With
+//!   `--latency-source gateway` the alert watches every request of the engine (queue time has no
+//!   class). There is deliberately no alert on VRAM:
 //!   vLLM reserves `gpu_memory_utilization` of it at start, so VRAM in use is flat whatever the
 //!   load; KV-cache pressure shows in `vllm:kv_cache_usage_perc` and preemptions instead.
 //! - `HeadroomSLIAbsent`: the SLI's series (for latency, the very `le` bucket) is missing, which
@@ -522,7 +525,12 @@ fn queue_alert(slo: &SloFile, class: &str, q: &QueueAlert, opts: &RulesOptions) 
         })
         .fold(None::<f64>, |m, t| Some(m.map_or(t, |m| m.min(t))));
     let threshold = own.unwrap_or(q.default_mean_s);
-    let sel = sli::engine_selector(slo, &opts.sli.selectors, class);
+    // Queue time has no class label: with the gateway's classes, the engine's requests as a whole.
+    let sel = if opts.sli.latency_source == crate::LatencySource::Gateway {
+        opts.sli.selectors.common.clone()
+    } else {
+        sli::engine_selector(slo, &opts.sli.selectors, class)
+    };
     let m = crate::catalogue::VLLM_QUEUE_TIME;
     let expr = format!(
         "(\n  sum(rate({}[5m]))\n  /\n  (sum(rate({}[5m])) > 0)\n) > {}",
@@ -545,7 +553,7 @@ fn queue_alert(slo: &SloFile, class: &str, q: &QueueAlert, opts: &RulesOptions) 
             "Mean vllm:request_queue_time_seconds over 5m is above {}{}. Queue time is the earliest saturation signal: admission is full (vllm:num_requests_waiting > 0) before TTFT breaks. Add replicas or lower max concurrency per class; VRAM is not a signal (vLLM preallocates it).",
             fmt_duration_s(threshold),
             if own.is_some() {
-                ", the tightest queue_time objective of this class, so that percentile is already breached"
+                ", the tightest queue_time objective of this class: requests wait longer than that on average, so that objective is at risk and its burn-rate alerts may follow"
             } else {
                 ""
             }
@@ -709,6 +717,19 @@ mod tests {
         for vram in ["DCGM_FI_DEV_FB_USED", "FB_FREE", "gpu_memory", "GPU_UTIL"] {
             assert!(!r.text.contains(vram), "{vram}");
         }
+        assert!(!r.text.contains("already breached"), "{}", r.text);
+        // With the gateway's classes the engine's queue is watched whole (no class label).
+        let mut gw = RulesOptions::default();
+        gw.sli.latency_source = crate::LatencySource::Gateway;
+        let r = rules(&f, &gw).unwrap();
+        assert!(
+            r.text.contains(
+                "(sum(rate(vllm:request_queue_time_seconds_count[5m])) > 0)\n      ) > 0.3"
+            ),
+            "{}",
+            r.text
+        );
+        assert!(!r.text.contains("model_name=\"chat\""), "{}", r.text);
     }
 
     #[test]
