@@ -216,6 +216,9 @@ pub struct ClientHealth {
     /// times, p99, seconds: the share of the send lag due to the host's scheduler.
     #[serde(default)]
     pub pacer_late_p99_s: f64,
+    /// Open loop: the pacer thread ran at real-time priority (needs CAP_SYS_NICE).
+    #[serde(default)]
+    pub pacer_realtime: bool,
 }
 
 /// The engine's own view of a level (from `/metrics` scrapes at start, during and end), and the

@@ -15,8 +15,8 @@
 //! `cargo bench -p headroom-load --bench client_throughput`; environment: `BENCH_SECS` (seconds
 //! per throughput run, default 10), `BENCH_STREAMS` (default 2000), `BENCH_SERVER_THREADS`
 //! (default: cores − 1, at least 1), `BENCH_RUNS` (comma-separated subset of `parse,flat,paced,open`),
-//! `BENCH_OPEN_ITL_MS` (stub ITL in the open-loop run, default 10), `BENCH_PACER_SPIN_US` (the
-//! open-loop pacer's busy-wait margins to compare, default `0,200`), `BENCH_OPEN_ROUNDS` (default 2).
+//! `BENCH_OPEN_ITL_MS` (stub ITL in the open-loop run, default 10), `BENCH_PACER_RT` (open-loop
+//! pacer modes to compare: 1 asks for real-time priority, 0 does not; default `1,0`), `BENCH_OPEN_ROUNDS` (default 2).
 //!
 //! A fourth run, `fixed` (only when named in `BENCH_RUNS`), does a fixed amount of work instead of
 //! running for a fixed time — `BENCH_STREAMS` streams each sending `BENCH_REQUESTS` requests of
@@ -334,18 +334,18 @@ fn main() {
     )
     .expect("bench workload");
     let plans = ClassPlan::from_workload(&w, None).expect("plans");
-    // The pacer with and without its busy-wait before each send, alternating in this one run so
-    // both see the same machine (`BENCH_PACER_SPIN_US`: comma-separated, default "0,200").
-    let spins: Vec<u64> = std::env::var("BENCH_PACER_SPIN_US")
-        .unwrap_or_else(|_| "0,200".into())
+    // The pacer with and without real-time priority, alternating in this one run so both see
+    // the same machine (`BENCH_PACER_RT`: comma-separated 1/0, default "1,0").
+    let modes: Vec<bool> = std::env::var("BENCH_PACER_RT")
+        .unwrap_or_else(|_| "1,0".into())
         .split(',')
-        .filter_map(|v| v.trim().parse().ok())
+        .map(|v| v.trim() == "1")
         .collect();
     let rounds = env_u64("BENCH_OPEN_ROUNDS", 2);
     for round in 0..rounds {
-        for &spin_us in &spins {
+        for &want_rt in &modes {
             let opts = RunOptions {
-                pacer_spin: Duration::from_micros(spin_us),
+                pacer_realtime: want_rt,
                 ..RunOptions::default()
             };
             let cpu0 = thread_cpu_s();
@@ -369,7 +369,7 @@ fn main() {
             let c = rec.total();
             let q = |p: f64| c.send_lag.value_at_quantile(p) as f64 / 1e6;
             println!(
-                "open loop 500 req/s Poisson, pacer spin {spin_us} µs (round {}; 50–150 tokens at {open_itl_ms} ms ITL, ≈{:.0} streams in flight by Little's law): {} requests started in {:.1} s window; send lag p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms (of which the pacer thread woke late by p99 {:.3} ms); outcomes {:?}; client thread CPU {:.2} s, process CPU {:.2} s (with the stub) over {:.1} s",
+                "open loop 500 req/s Poisson, pacer real-time priority asked: {want_rt} (round {}; 50–150 tokens at {open_itl_ms} ms ITL, ≈{:.0} streams in flight by Little's law): {} requests started in {:.1} s window; send lag p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms (of which the pacer thread woke late by p99 {:.3} ms; pacer real-time priority: {}); outcomes {:?}; client thread CPU {:.2} s, process CPU {:.2} s (with the stub) over {:.1} s",
                 round + 1,
                 500.0 * c.e2e.mean() / 1e9,
                 rec.started,
@@ -379,6 +379,7 @@ fn main() {
                 q(0.999),
                 c.send_lag.max() as f64 / 1e6,
                 rec.client.pacer_late_p99_ns as f64 / 1e6,
+                rec.client.pacer_realtime,
                 c.outcome_labels(),
                 cpu,
                 pcpu,

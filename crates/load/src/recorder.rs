@@ -324,6 +324,10 @@ pub struct ClientUsage {
     /// launched request.
     #[serde(default)]
     pub pacer_late_p99_ns: u64,
+    /// Open loop: the pacer thread ran at real-time priority (Linux `SCHED_FIFO` 1, granted with
+    /// CAP_SYS_NICE), so the scheduler woke it on time even on a busy host.
+    #[serde(default)]
+    pub pacer_realtime: bool,
 }
 
 /// Counts over every request of a level — warm-up, window and drain — the span the server's
@@ -513,6 +517,7 @@ impl LevelRecording {
             .client
             .pacer_late_p99_ns
             .max(other.client.pacer_late_p99_ns);
+        self.client.pacer_realtime &= other.client.pacer_realtime;
         self.shards += other.shards;
         for (a, b) in self.class_totals.iter_mut().zip(&other.class_totals) {
             a.merge(b);
@@ -545,6 +550,7 @@ impl LevelRecording {
             },
             send_lag_max_s: t.send_lag.max() as f64 / 1e9,
             pacer_late_p99_s: self.client.pacer_late_p99_ns as f64 / 1e9,
+            pacer_realtime: self.client.pacer_realtime,
         }
     }
 
@@ -558,8 +564,13 @@ impl LevelRecording {
             // runtime slow to send what the pacer launched (too many streams per client).
             let cause = if h.pacer_late_p99_s >= 0.5 * h.send_lag_p99_s {
                 format!(
-                    "the operating system woke the pacer thread up to {:.2} ms late (p99), so the host is too busy: give the client a quieter machine or its own cores",
-                    h.pacer_late_p99_s * 1e3
+                    "the operating system woke the pacer thread up to {:.2} ms late (p99), so the host is too busy: give the client a quieter machine or its own cores{}",
+                    h.pacer_late_p99_s * 1e3,
+                    if self.client.pacer_realtime {
+                        ""
+                    } else {
+                        ", or CAP_SYS_NICE (root has it) so its pacer runs at real-time priority"
+                    }
                 )
             } else {
                 format!(
@@ -882,6 +893,7 @@ mod tests {
             cores: 2,
             sse_events: 40,
             pacer_late_p99_ns: 120_000,
+            pacer_realtime: true,
         };
         let p = dir.path().join("histograms").join("level-1.json");
         l.save(&p).unwrap();
@@ -911,6 +923,7 @@ mod tests {
             cores: 2,
             sse_events: 0, // unknown: falls back to the window's events
             pacer_late_p99_ns: 300_000,
+            pacer_realtime: false,
         };
         let h = l.client_health();
         assert_eq!(h.chunks, 300); // 3 SSE events per request

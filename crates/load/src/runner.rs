@@ -92,12 +92,10 @@ pub struct RunOptions {
     pub steady_start: bool,
     /// Goodput thresholds.
     pub goodput: GoodputSlo,
-    /// Open loop only: the pacer sleeps until this long before each intended send time and
-    /// busy-waits the rest, so the kernel's timer and wake-up latency do not delay the send
-    /// (default zero: sleep only). Costs at most `rate × pacer_spin` of one core, and on a host
-    /// whose cores are all busy the busy-wait takes CPU from the client itself: the benchmark
-    /// `client_throughput` (run `open`) compares both in one run.
-    pub pacer_spin: Duration,
+    /// Open loop only: run the pacer thread at the lowest real-time priority (Linux
+    /// `SCHED_FIFO` 1) when the OS allows it (CAP_SYS_NICE), so a busy host wakes it on time for
+    /// each send (default true). The benchmark `client_throughput` (run `open`) compares both.
+    pub pacer_realtime: bool,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -110,7 +108,7 @@ impl std::fmt::Debug for RunOptions {
             .field("check_every", &self.check_every)
             .field("steady_start", &self.steady_start)
             .field("goodput", &self.goodput)
-            .field("pacer_spin", &self.pacer_spin)
+            .field("pacer_realtime", &self.pacer_realtime)
             .finish()
     }
 }
@@ -125,7 +123,7 @@ impl Default for RunOptions {
             check_every: Duration::from_secs(1),
             steady_start: true,
             goodput: GoodputSlo::default(),
-            pacer_spin: Duration::ZERO,
+            pacer_realtime: true,
         }
     }
 }
@@ -309,6 +307,8 @@ pub async fn run_level_with(
     let cpu0 = process_cpu_s();
     let t0 = Instant::now();
     let window_start = t0 + warmup;
+    // Whether the open-loop pacer got real-time priority (see `pace`).
+    let pacer_realtime = Arc::new(AtomicBool::new(false));
     // With a check, the window may close early (check says so) or stay open up to
     // `measure_max`; without one it is exactly `measure`.
     let hard_end = window_start + opts.measure_max.max(measure);
@@ -442,6 +442,7 @@ pub async fn run_level_with(
             let cap = max_concurrency.map_or(usize::MAX, |m| m.max(1) as usize);
             let total = hard_end.saturating_duration_since(t0);
             let stop = Arc::new(AtomicBool::new(false));
+            let pacer_realtime = pacer_realtime.clone();
             let ns_from_t0 = |at: Instant| {
                 u64::try_from(at.saturating_duration_since(t0).as_nanos()).unwrap_or(u64::MAX)
             };
@@ -477,10 +478,11 @@ pub async fn run_level_with(
                 Ok(schedule) => {
                     let stop = stop.clone();
                     let tx = tx.clone();
-                    let spin = opts.pacer_spin;
+                    let want_rt = opts.pacer_realtime;
+                    let rt = pacer_realtime.clone();
                     match std::thread::Builder::new()
                         .name("headroom-pacer".into())
-                        .spawn(move || pace(schedule, t0, total, spin, &tx, &stop, direct))
+                        .spawn(move || pace(schedule, t0, total, want_rt, &rt, &tx, &stop, direct))
                     {
                         Ok(h) => Some(h),
                         Err(e) => {
@@ -667,6 +669,7 @@ pub async fn run_level_with(
         } else {
             fl.pacer_late.value_at_quantile(0.99)
         },
+        pacer_realtime: pacer_realtime.load(Ordering::Relaxed),
     };
     out
 }
@@ -678,14 +681,17 @@ fn transport_backoff(streak: u32) -> Duration {
     Duration::from_millis(ms.min(1000))
 }
 
-/// The pacer: sleeps to `spin` before each intended send time and busy-waits the rest, then
-/// launches the request itself (`direct`: a request prepared by the dispatcher, spawned on its
+/// The pacer: at real-time priority when asked (`want_realtime`) and the OS allows it
+/// (`realtime` says whether it did), sleeps to each intended send time, then launches the
+/// request itself (`direct`: a request prepared by the dispatcher, spawned on its
 /// runtime) or hands the time to the dispatcher, until the level's end or `stop`.
+#[allow(clippy::too_many_arguments)]
 fn pace(
     schedule: ArrivalSchedule,
     t0: Instant,
     total: Duration,
-    spin: Duration,
+    want_realtime: bool,
+    realtime: &AtomicBool,
     tx: &mpsc::UnboundedSender<Msg>,
     stop: &AtomicBool,
     mut direct: Option<DirectLaunch>,
@@ -696,6 +702,17 @@ fn pace(
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
     unsafe {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong);
+    }
+    // On a busy host the scheduler wakes a sleeping thread late (2 ms at p99 on a loaded 2-core
+    // machine); at the lowest real-time priority the pacer preempts ordinary threads when its
+    // time comes (0.08 ms). It sleeps between sends, so it takes no CPU from them otherwise.
+    // Needs CAP_SYS_NICE (root has it); without it the pacer stays an ordinary thread.
+    #[cfg(target_os = "linux")]
+    if want_realtime {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: sets the calling thread's policy (pid 0); `param` outlives the call.
+        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) };
+        realtime.store(rc == 0, Ordering::Relaxed);
     }
     for offset in schedule {
         if offset >= total {
@@ -718,13 +735,8 @@ fn pace(
             if now >= at {
                 break;
             }
-            let left = at - now;
-            if left > spin {
-                // Sleep in slices so a stop is noticed within 20 ms at any rate.
-                std::thread::sleep((left - spin).min(Duration::from_millis(20)));
-            } else {
-                std::hint::spin_loop();
-            }
+            // Sleep in slices so a stop is noticed within 20 ms at any rate.
+            std::thread::sleep((at - now).min(Duration::from_millis(20)));
         }
         let late_ns = u64::try_from(Instant::now().saturating_duration_since(at).as_nanos())
             .unwrap_or(u64::MAX);
