@@ -176,7 +176,7 @@ pub fn autoscale(slo: &SloFile, opts: &AutoscaleOptions) -> Result<Rendered, Slo
             return Err(SloError::invalid(
                 "class",
                 format!(
-                    "the SLO file defines {} classes ({}); name the one (served model) to scale",
+                    "the SLO file defines {} classes ({}); name the one (served model) to scale with --class NAME",
                     all.len(),
                     all.join(", ")
                 ),
@@ -341,6 +341,7 @@ mod tests {
             e.starts_with("class: the SLO file defines 2 classes (a, b)"),
             "{e}"
         );
+        assert!(e.contains("--class NAME"), "{e}");
         let o = AutoscaleOptions {
             class: Some("c".into()),
             ..Default::default()
