@@ -142,7 +142,8 @@ impl Gateway {
     /// Handles one request (the whole pipeline). Never fails: every problem is a response.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<ProxyBody> {
         let accepted = Instant::now();
-        if req.uri().path() == "/metrics" && req.method() == Method::GET {
+        // HEAD too (uptime checks use it); hyper sends a HEAD answer's headers without the body.
+        if req.uri().path() == "/metrics" && matches!(*req.method(), Method::GET | Method::HEAD) {
             let mut r = Response::new(ProxyBody::full(self.metrics.render()));
             r.headers_mut()
                 .insert(CT, HeaderValue::from_static(CONTENT_TYPE));

@@ -66,6 +66,29 @@ async fn echo_upstream() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     (addr, task)
 }
 
+/// `/metrics` answers GET with the exposition and HEAD with the same headers and no body.
+#[tokio::test]
+async fn metrics_answer_get_and_head() {
+    let (up, task) = echo_upstream().await;
+    let gw = gateway("", &[url(up)], None).await;
+    let get = call(gw.addr, "GET", "/metrics", "", &[]).await;
+    assert_eq!(get.status, StatusCode::OK);
+    assert!(
+        get.body.contains("headroom_gateway_invalid_requests_total"),
+        "{}",
+        get.body
+    );
+    let head = call(gw.addr, "HEAD", "/metrics", "", &[]).await;
+    assert_eq!(head.status, StatusCode::OK);
+    assert_eq!(
+        head.headers.get("content-type"),
+        get.headers.get("content-type")
+    );
+    assert_eq!(head.body, "");
+    gw.shutdown().await;
+    task.abort();
+}
+
 #[tokio::test]
 async fn bad_input_is_answered_in_openai_shape() {
     let (up, task) = echo_upstream().await;
