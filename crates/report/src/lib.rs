@@ -102,6 +102,53 @@ pub fn fmt_objective_value(id: &str, v: f64) -> String {
     }
 }
 
+/// An observed value printed beside its threshold: as [`fmt_objective_value`], with more
+/// decimals when the usual rounding would print the threshold itself (`ITL p95 < 50 ms
+/// (observed 50 ms)` for 50.04 ms reads as a pass; it prints `50.04 ms`).
+pub fn fmt_observed(id: &str, v: f64, threshold: f64) -> String {
+    let plain = fmt_objective_value(id, v);
+    if v == threshold || plain != fmt_objective_value(id, threshold) {
+        return plain;
+    }
+    // The value in the unit fmt_objective_value chose, with 2 to 6 decimals until it differs.
+    let (scaled, unit) = if id == "error_rate" {
+        (v * 100.0, "%")
+    } else if v >= 1.0 {
+        (v, " s")
+    } else if v >= 1e-3 {
+        (v * 1e3, " ms")
+    } else {
+        (v * 1e6, " µs")
+    };
+    let t = if id == "error_rate" {
+        threshold * 100.0
+    } else {
+        threshold * (scaled / v)
+    };
+    for d in 2..=6 {
+        let (a, b) = (format!("{scaled:.d$}"), format!("{t:.d$}"));
+        if a != b {
+            return format!("{a}{unit}");
+        }
+    }
+    plain
+}
+
+#[cfg(test)]
+mod observed_tests {
+    #[test]
+    fn an_observed_value_never_prints_as_its_threshold() {
+        use super::fmt_observed as f;
+        assert_eq!(f("itl_p95", 0.05004, 0.05), "50.04 ms");
+        assert_eq!(f("itl_p95", 0.0500004, 0.05), "50.0004 ms");
+        assert_eq!(f("itl_p95", 0.0523, 0.05), "52.3 ms");
+        assert_eq!(f("itl_p95", 0.05, 0.05), "50 ms");
+        assert_eq!(f("ttft_p95", 1.0004, 1.0), "1.0004 s");
+        assert_eq!(f("error_rate", 0.005001, 0.005), "0.5001%");
+        assert_eq!(f("error_rate", 0.02, 0.005), "2%");
+    }
+}
+
 #[cfg(test)]
 mod write_tests {
     /// Every file is written in order and reported; a failure part-way names what was written

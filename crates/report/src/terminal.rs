@@ -28,7 +28,7 @@ pub fn render(run: &RunResult) -> String {
                             "{} (observed {}) at {}",
                             o.description,
                             o.observed
-                                .map(|v| fmt_objective_value(&o.id, v))
+                                .map(|v| crate::fmt_observed(&o.id, v, o.threshold))
                                 .unwrap_or_else(|| "n/a".into()),
                             fmt_load(f, p.mode)
                         ),
