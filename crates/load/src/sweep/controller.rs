@@ -986,9 +986,9 @@ fn transport_streak(rec: &LevelRecording) -> u64 {
         .unwrap_or(0)
 }
 
-/// Share of an in-process twin's steps delivered late above which a level is warned about.
-/// ITL objectives are tail percentiles (p95, p99): a few percent of stretched gaps move them.
-pub const LATE_STEP_SHARE: f64 = 0.02;
+/// Share of an in-process twin's steps delivered late above which a level is warned about: more
+/// than 5 % of stretched gaps reach an ITL p95 (fewer still move p99, which the warning says).
+pub const LATE_STEP_SHARE: f64 = 0.05;
 
 /// The warning for a level whose in-process twin delivered more than [`LATE_STEP_SHARE`] of its
 /// steps late, from the cumulative `(steps, late steps, late s)` before and after the level.
@@ -1000,7 +1000,7 @@ fn twin_lateness_warning(before: (u64, u64, f64), after: (u64, u64, f64)) -> Opt
         return None;
     }
     Some(format!(
-        "the in-process engine twin delivered {late} of its {steps} steps ({:.0} %) more than 2 ms late, by {:.1} ms on average: this host is too busy, so ITL and TTFT percentiles are inflated by host delays the modelled GPU does not have; rerun on a quieter machine",
+        "the in-process engine twin delivered {late} of its {steps} steps ({:.0} %) more than 2 ms late, by {:.1} ms on average: it shares this machine's cores with the load client, so ITL and TTFT percentiles from p95 up include delays the modelled GPU does not have; a quieter machine, or `headroom sim` on another one, avoids it",
         100.0 * late as f64 / steps as f64,
         1e3 * late_s / late as f64
     ))
@@ -1192,17 +1192,17 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn twin_lateness_is_warned_above_two_percent_of_steps() {
-        // 1,000 steps of the level, 20 late (2 %): not above the share, no warning.
+    fn twin_lateness_is_warned_above_five_percent_of_steps() {
+        // 1,000 steps of the level, 50 late (5 %): not above the share, no warning.
         assert_eq!(
-            super::twin_lateness_warning((100, 5, 0.01), (1100, 25, 0.09)),
+            super::twin_lateness_warning((100, 5, 0.01), (1100, 55, 0.21)),
             None
         );
-        // 21 late, 0.105 s in all: 2.1 %, 5.0 ms on average.
-        let w = super::twin_lateness_warning((100, 5, 0.01), (1100, 26, 0.115)).unwrap();
+        // 51 late, 0.255 s in all: 5.1 %, 5.0 ms on average.
+        let w = super::twin_lateness_warning((100, 5, 0.01), (1100, 56, 0.265)).unwrap();
         assert!(
             w.contains(
-                "delivered 21 of its 1000 steps (2 %) more than 2 ms late, by 5.0 ms on average"
+                "delivered 51 of its 1000 steps (5 %) more than 2 ms late, by 5.0 ms on average"
             ),
             "{w}"
         );
