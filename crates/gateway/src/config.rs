@@ -723,6 +723,31 @@ mod tests {
         GatewayConfig::resolve(listen(), &[], f, "gateway.yaml", None)
     }
 
+    /// The shipped example resolves with the mixed SLO's class names (`long_context` first, the
+    /// rest as `claims_assistant`), so every class of examples/slo-mixed.yaml has series.
+    #[test]
+    fn shipped_example_resolves_with_the_slo_examples_classes() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let f = GatewayFile::load(&root.join("examples/gateway-mixed.yaml")).unwrap();
+        let slo = headroom_core::SloFile::load(&root.join("examples/slo-mixed.yaml")).unwrap();
+        let c = GatewayConfig::resolve(
+            listen(),
+            &["http://127.0.0.1:8000".to_string()],
+            f,
+            "examples/gateway-mixed.yaml",
+            Some(slo.clone()),
+        )
+        .unwrap();
+        let names: Vec<&str> = c.classes.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["long_context", "claims_assistant"]);
+        for class in slo.objectives.keys().filter(|k| k.as_str() != "*") {
+            assert!(
+                names.contains(&class.as_str()),
+                "{class} has no gateway class"
+            );
+        }
+    }
+
     #[test]
     fn full_example_resolves() {
         let c = resolve(
