@@ -311,11 +311,20 @@ impl PromClient {
             .body(Full::new(Bytes::from(form.clone().unwrap_or_default())))
             .map_err(|e| http(e.to_string()))?;
         let fut = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| http(format!("unreachable: {e}")))?;
+            let resp = self.client.request(req).await.map_err(|e| {
+                // hyper-util says only "client error (Connect)"; the OS's reason is in the
+                // error's sources (`Connection refused`, `No route to host`).
+                let mut why = e.to_string();
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    why.push_str(": ");
+                    why.push_str(&s.to_string());
+                    src = s.source();
+                }
+                http(format!(
+                    "unreachable: {why}; is Prometheus running and listening there?"
+                ))
+            })?;
             let status = resp.status();
             let content_type = resp
                 .headers()
@@ -935,6 +944,9 @@ mod tests {
         .unwrap();
         let e = c.metric_names(1.0, 2.0).await.unwrap_err().to_string();
         assert!(!e.contains("SECRET"), "{e}");
+        // ... and says why, from the error's sources, not only hyper's "client error (Connect)"
+        assert!(e.contains("Connection refused"), "{e}");
+        assert!(e.contains("is Prometheus running"), "{e}");
         // bad base URLs are named without their credentials
         for (base, needle) in [
             (
