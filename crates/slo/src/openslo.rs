@@ -728,10 +728,27 @@ pub fn import_openslo(
                 )?;
                 put_latency(&mut classes, &mut seen, &class, signal, key, value, &fo)?;
                 budget_target = Some(budget_target.map_or(target, |b: f64| b.min(target)));
+                // What the target counted depends on the budgeting method: good time slices
+                // (Timeslices) or good events (Occurrences).
+                let counted = if method == "Timeslices" {
+                    "good time slices"
+                } else {
+                    "good events"
+                };
                 warnings.push(format!(
-                    "{fo}: the target {} of good time slices becomes budget.target; slo.yaml judges the percentile itself",
+                    "{fo}: the target {} of {counted} becomes budget.target; slo.yaml judges the percentile itself",
                     fmt_float(target)
                 ));
+                // OpenSLO values are in the metric's unit: seconds for vLLM's histograms. A
+                // latency objective above a minute is more likely milliseconds written as seconds.
+                if value > 60.0 {
+                    warnings.push(format!(
+                        "{fo}.value: {} is read as {} s (OpenSLO values are in the metric's unit, seconds for vLLM's histograms); if milliseconds were meant, write {}",
+                        fmt_float(value),
+                        fmt_float(value),
+                        fmt_float(value / 1000.0)
+                    ));
+                }
             } else {
                 return Err(SloError::invalid(
                     &fi,
@@ -1201,6 +1218,37 @@ spec:
         assert_eq!(
             to_slo_yaml(&f),
             "objectives:\n  \"chat\":\n    ttft: {p95: 250ms}\n    itl: {p99: 50ms}\n    error_rate: 0.5%\nbudget: {window: 28d, target: 99%, freeze_at: 50%}\n"
+        );
+    }
+
+    /// The warning names what an Occurrences target counts (events, not time slices), and a
+    /// latency value above a minute is flagged as probably milliseconds written as seconds.
+    #[test]
+    fn threshold_warnings_follow_the_method_and_flag_large_values() {
+        let text = RATIO
+            .replace(
+                "budgetingMethod: Timeslices",
+                "budgetingMethod: Occurrences",
+            )
+            .replace("{op: lte, value: 0.05,", "{op: lte, value: 250,");
+        let (f, w) = import_openslo(&text, &ImportOptions::default()).unwrap();
+        assert!(
+            w.iter()
+                .any(|x| x.contains("the target 0.99 of good events becomes budget.target")),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|x| x.contains("value: 250 is read as 250 s") && x.contains("write 0.25")),
+            "{w:?}"
+        );
+        assert_eq!(
+            f.spec_for("chat").objectives[1],
+            Objective::Latency {
+                signal: LatencySignal::Itl,
+                percentile: 99.0,
+                threshold_s: 250.0
+            }
         );
     }
 
