@@ -517,15 +517,27 @@ pub(crate) fn client_objectives(
             .objectives
             .into_iter()
             .filter(|o| {
-                if per_request || !is_server_only(o) {
+                if !is_server_only(o) {
                     return true;
                 }
-                if let Some(r) =
-                    queue_bound_by_ttft(o, &c.ttft, Some(&c.ttft_censored_age), final_window)
+                // Per-request queue times arrive with a request's last chunk, so with answers
+                // longer than the window few of them exist: below the percentile's minimum, the
+                // TTFT bound (every window start) is tried first.
+                let enough = match o {
+                    Objective::Latency { percentile, .. } => {
+                        c.queue_time.len()
+                            >= headroom_core::stats::min_samples_for_percentile(*percentile)
+                    }
+                    Objective::ErrorRate { .. } => true,
+                };
+                if !(per_request && enough)
+                    && let Some(r) =
+                        queue_bound_by_ttft(o, &c.ttft, Some(&c.ttft_censored_age), final_window)
                 {
                     bounded.push(r);
+                    return false;
                 }
-                false
+                per_request
             })
             .collect();
         let lat = latency_map(c);

@@ -331,3 +331,53 @@ fn the_error_objective_counts_what_the_reports_show() {
     };
     assert_eq!(old.error_counts(), (4, 20));
 }
+
+/// Queue time with per-request engine metrics: those arrive with a request's last chunk, so with
+/// answers longer than the window only a few exist. Below the percentile's minimum (20 for p95)
+/// the client's TTFT bound decides (queue time ≤ TTFT for every window start); with enough
+/// per-request values, they decide. (The demo's 32-concurrent level read "too few samples:
+/// queue_time_p95 1 of 20" beside 24 TTFT samples all far below the threshold.)
+#[test]
+fn few_per_request_queue_times_fall_back_to_the_ttft_bound() {
+    use crate::recorder::LevelRecording;
+    use crate::sweep::controller::{Phase, client_objectives};
+    use headroom_core::run::LoadMode;
+    use headroom_core::slo::SloFile;
+    let slo = SloFile::parse(
+        "objectives:\n  \"*\":\n    queue_time: {p95: 300ms}\n",
+        Path::new("slo.yaml"),
+    )
+    .unwrap();
+    let phase = Phase {
+        name: "a".into(),
+        plans: plans("concurrency"),
+    };
+    let judge = |queue_values: u64| {
+        let mut rec = LevelRecording::new(32.0, LoadMode::Concurrency, &["a"]);
+        let c = &mut rec.classes[0];
+        for _ in 0..24 {
+            c.ttft.record(50_000_000).unwrap(); // 50 ms
+        }
+        for _ in 0..queue_values {
+            c.queue_time.record(10_000_000).unwrap(); // 10 ms
+        }
+        let r = client_objectives(&slo, &phase, &rec, true);
+        r.into_iter().find(|o| o.id == "queue_time_p95").unwrap()
+    };
+    let r = judge(1);
+    assert_eq!(r.verdict, headroom_core::Verdict::Pass, "{}", r.reason);
+    assert_eq!(r.samples, 24);
+    assert!(
+        r.reason.starts_with("bounded by the client's TTFT"),
+        "{}",
+        r.reason
+    );
+    let r = judge(25);
+    assert_eq!(r.verdict, headroom_core::Verdict::Pass, "{}", r.reason);
+    assert_eq!(r.samples, 25);
+    assert!(
+        r.reason.contains("per-request engine metrics"),
+        "{}",
+        r.reason
+    );
+}
