@@ -465,14 +465,7 @@ fn closed_before_answer(e: &hyper::Error) -> bool {
     false
 }
 
-/// An error and its causes, joined with `: `.
+/// An error and its causes, joined with `: ` ([`headroom_core::error_chain`]).
 pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
+    headroom_core::error_chain(e)
 }

@@ -314,15 +314,9 @@ impl PromClient {
             let resp = self.client.request(req).await.map_err(|e| {
                 // hyper-util says only "client error (Connect)"; the OS's reason is in the
                 // error's sources (`Connection refused`, `No route to host`).
-                let mut why = e.to_string();
-                let mut src = std::error::Error::source(&e);
-                while let Some(s) = src {
-                    why.push_str(": ");
-                    why.push_str(&s.to_string());
-                    src = s.source();
-                }
                 http(format!(
-                    "unreachable: {why}; is Prometheus running and listening there?"
+                    "unreachable: {}; is Prometheus running and listening there?",
+                    headroom_core::error_chain(&e)
                 ))
             })?;
             let status = resp.status();

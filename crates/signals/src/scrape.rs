@@ -8,6 +8,7 @@
 //! `metrics.md` §7.2 advises, for determinism) but parses OpenMetrics too if that is what comes
 //! back. It never asks for compression. `https://` is not supported (use a port-forward).
 
+use headroom_core::error_chain;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -314,17 +315,6 @@ impl Scraper {
             exposition,
         })
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Fetches and parses `url` once with a fresh client; `at_mono` counts from this call.
