@@ -2,10 +2,12 @@
 //!
 //! What lives here: the definitions the field disagrees on (TTFT, ITL, TPOT, E2E; see
 //! [`signal`]), request outcomes ([`outcome`]), the SLO file ([`slo`]) and the verdict and finding
-//! types every judgement is expressed in ([`verdict`]). What does not: parsing metrics (crate
+//! types every judgement is expressed in ([`verdict`]), and the rule both HTTP connection pools
+//! use to resend a request a closing connection lost ([`retry`]). What does not: parsing metrics (crate
 //! `signals`), measuring (crate `load`), rendering (crate `report`).
 
 pub mod outcome;
+pub mod retry;
 pub mod run;
 pub mod signal;
 pub mod slo;

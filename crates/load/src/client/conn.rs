@@ -20,6 +20,7 @@
 
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
+use headroom_core::retry::{closed_before_answer, copy_request};
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -280,38 +281,6 @@ impl Pool {
             }
         }
     }
-}
-
-/// The same request again: method, URI, version, headers and (shared) body.
-fn copy_request(r: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
-    let mut c = Request::new(r.body().clone());
-    *c.method_mut() = r.method().clone();
-    *c.uri_mut() = r.uri().clone();
-    *c.version_mut() = r.version();
-    *c.headers_mut() = r.headers().clone();
-    c
-}
-
-/// Whether a send failed because the connection was closed under it before any answer (EOF,
-/// reset or broken pipe), as happens to a pooled connection the server had just closed.
-fn closed_before_answer(e: &hyper::Error) -> bool {
-    if e.is_incomplete_message() || e.is_closed() {
-        return true;
-    }
-    let mut src = std::error::Error::source(e);
-    while let Some(c) = src {
-        if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::UnexpectedEof
-            );
-        }
-        src = c.source();
-    }
-    false
 }
 
 /// An error and its sources, joined with `: ` ([`headroom_core::error_chain`]).

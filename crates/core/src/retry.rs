@@ -1,0 +1,58 @@
+//! Resending a request that a pooled HTTP/1.1 connection lost: servers close idle keep-alive
+//! connections (uvicorn, and so vLLM, after 5 s), and a request written on one just as it closes
+//! gets no answer. The load client's and the gateway's connection pools both resend such a
+//! request, once, on a new connection.
+
+/// The same request again: method, URI, version, headers and (cloned, for `Full<Bytes>` a
+/// shared) body.
+pub fn copy_request<B: Clone>(r: &http::Request<B>) -> http::Request<B> {
+    let mut c = http::Request::new(r.body().clone());
+    *c.method_mut() = r.method().clone();
+    *c.uri_mut() = r.uri().clone();
+    *c.version_mut() = r.version();
+    *c.headers_mut() = r.headers().clone();
+    c
+}
+
+/// Whether a send failed because the connection was closed under it before any answer (end of
+/// file, reset or broken pipe), as happens to a pooled connection the server had just closed.
+pub fn closed_before_answer(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() || e.is_closed() {
+        return true;
+    }
+    let mut src = std::error::Error::source(e);
+    while let Some(c) = src {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::UnexpectedEof
+            );
+        }
+        src = c.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_copy_carries_everything_the_server_reads() {
+        let r = http::Request::builder()
+            .method("POST")
+            .uri("http://h:1/v1/completions")
+            .version(http::Version::HTTP_11)
+            .header("content-type", "application/json")
+            .header("x-request-id", "a")
+            .body("{}".to_string())
+            .unwrap();
+        let c = super::copy_request(&r);
+        assert_eq!(c.method(), r.method());
+        assert_eq!(c.uri(), r.uri());
+        assert_eq!(c.version(), r.version());
+        assert_eq!(c.headers(), r.headers());
+        assert_eq!(c.body(), r.body());
+    }
+}
