@@ -361,25 +361,36 @@ struct SweptLevel {
     ignore_eos_share: Option<f64>,
 }
 
-/// The level whose histogram file is `histograms/L{index:03}.json` in the run's results.json,
-/// with its phase. `None` when results.json is missing, unreadable or has no such level.
-fn swept_level(run_dir: &Path, index: u32) -> Option<SweptLevel> {
-    let text = std::fs::read_to_string(run_dir.join("results.json")).ok()?;
-    let run: headroom_core::run::RunResult = serde_json::from_str(&text).ok()?;
-    let want = format!("L{index:03}.json");
-    let (phase, level) = run.phases.iter().find_map(|p| {
-        p.levels
-            .iter()
-            .find(|l| l.histograms.rsplit('/').next() == Some(want.as_str()))
-            .map(|l| (p, l.clone()))
-    })?;
-    let ignore_eos_share = std::fs::read_to_string(run_dir.join("workload.yaml"))
-        .ok()
-        .and_then(|t| {
-            headroom_load::workload::Workload::parse(&t, &run_dir.join("workload.yaml"), run_dir)
-                .ok()
-        })
-        .map(|w| {
+/// A run directory's `results.json` and `workload.yaml`, read once for all its levels.
+struct SweptRun {
+    run: headroom_core::run::RunResult,
+    /// `None` when workload.yaml is missing or unreadable.
+    workload: Option<headroom_load::workload::Workload>,
+}
+
+impl SweptRun {
+    /// `None` when results.json is missing or unreadable (a run directory of an older or
+    /// partial run: its levels are then diagnosed on the engine's view alone).
+    fn load(run_dir: &Path) -> Option<SweptRun> {
+        let text = std::fs::read_to_string(run_dir.join("results.json")).ok()?;
+        let run = serde_json::from_str(&text).ok()?;
+        let wl = run_dir.join("workload.yaml");
+        let workload = std::fs::read_to_string(&wl)
+            .ok()
+            .and_then(|t| headroom_load::workload::Workload::parse(&t, &wl, run_dir).ok());
+        Some(SweptRun { run, workload })
+    }
+
+    /// The level whose histogram file is `histograms/L{index:03}.json`, with its phase.
+    fn level(&self, index: u32) -> Option<SweptLevel> {
+        let want = format!("L{index:03}.json");
+        let (phase, level) = self.run.phases.iter().find_map(|p| {
+            p.levels
+                .iter()
+                .find(|l| l.histograms.rsplit('/').next() == Some(want.as_str()))
+                .map(|l| (p, l.clone()))
+        })?;
+        let ignore_eos_share = self.workload.as_ref().map(|w| {
             let flag = |name: &str| {
                 w.spec
                     .classes
@@ -395,12 +406,13 @@ fn swept_level(run_dir: &Path, index: u32) -> Option<SweptLevel> {
                 .sum();
             if total > 0.0 { eos / total } else { 0.0 }
         });
-    Some(SweptLevel {
-        phase: phase.name.clone(),
-        mix: phase.classes.len() > 1,
-        level,
-        ignore_eos_share,
-    })
+        Some(SweptLevel {
+            phase: phase.name.clone(),
+            mix: phase.classes.len() > 1,
+            level,
+            ignore_eos_share,
+        })
+    }
 }
 
 fn source_of(r: &Read) -> DiagnosisSource {
@@ -494,6 +506,10 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
     let slo_path = a.slo.as_deref().or(run_slo.as_deref());
     let spec = load_slo(slo_path, &a.class)?;
     let reads = read_windows(&a, &sel).await?;
+    let swept_run = match a.from.as_slice() {
+        [dir] if Path::new(dir).is_dir() => SweptRun::load(Path::new(dir)),
+        _ => None,
+    };
     let mut ds = Vec::new();
     for r in &reads {
         for reset in &r.window.counter_resets {
@@ -507,8 +523,8 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
         // A sweep level: judged as the sweep judged it — its phase's class objectives, and the
         // client's measurements of the window as the record (the engine's histograms cannot
         // tell the window's requests from the warm-up's) — with the engine's view re-read.
-        let swept = match (r.kind, r.level, a.from.as_slice()) {
-            ("run_dir", Some(i), [dir]) => swept_level(Path::new(dir), i),
+        let swept = match (r.kind, r.level, &swept_run) {
+            ("run_dir", Some(i), Some(sr)) => sr.level(i),
             _ => None,
         };
         let (class, spec, client) = match &swept {
