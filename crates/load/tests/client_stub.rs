@@ -2,7 +2,9 @@
 //! Every test is bounded (timeouts of a few seconds) and the stub stops when dropped.
 
 use headroom_core::Outcome;
-use headroom_load::client::{CancellationFlag, ClientConfig, PreparedRequest, Target};
+use headroom_load::client::{
+    CancellationFlag, ClientConfig, PreparedRequest, RequestRecord, Target,
+};
 use headroom_load::prompt::DrawnRequest;
 use headroom_load::testkit::{StubConfig, StubFault, StubServer};
 use headroom_load::workload::Endpoint;
@@ -253,6 +255,17 @@ async fn many_concurrent_streams_on_one_thread() {
 /// handle yielding the requests served per connection. Sockets time out after 5 s, so the thread
 /// always ends.
 fn raw_server(conns: usize, per_conn: usize) -> (String, std::thread::JoinHandle<Vec<usize>>) {
+    raw_server_with(conns, per_conn, false)
+}
+
+/// As [`raw_server`]; with `close_on_next`, a connection that has served its `per_conn`
+/// requests stays open until the next request starts to arrive on it, then closes unanswered:
+/// the client's request always meets a connection that took it and died with no answer.
+fn raw_server_with(
+    conns: usize,
+    per_conn: usize,
+    close_on_next: bool,
+) -> (String, std::thread::JoinHandle<Vec<usize>>) {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -295,6 +308,9 @@ fn raw_server(conns: usize, per_conn: usize) -> (String, std::thread::JoinHandle
                 buf.drain(..head_end + 4 + len);
                 s.write_all(resp.as_bytes()).unwrap();
                 n += 1;
+            }
+            if close_on_next && buf.is_empty() {
+                let _ = s.read(&mut [0u8; 4096]);
             }
             served.push(n);
         }
@@ -368,4 +384,91 @@ async fn a_connection_the_server_closed_is_replaced() {
     }
     drop(t);
     assert_eq!(h.join().unwrap(), vec![1, 1, 1]);
+}
+
+/// The open-loop pacer's path: `send_now` writes the request onto an idle connection from a
+/// plain thread (no runtime there, as on the pacer), `complete` awaits the answer in a task.
+/// Returns whether `send_now` sent it, how long after the start `send_now` returned, and the
+/// record; without an idle connection the request goes the ordinary way, as the runner does.
+async fn send_from_thread(t: &Target, req: &PreparedRequest) -> (bool, Duration, RequestRecord) {
+    let start = Instant::now();
+    let (t2, r2) = (t.clone(), req.clone());
+    let (sent, returned_after) = std::thread::spawn(move || {
+        let s = t2.send_now(&r2);
+        (s, start.elapsed())
+    })
+    .join()
+    .unwrap();
+    let cancel = CancellationFlag::new();
+    match sent {
+        Some(s) => (
+            true,
+            returned_after,
+            t.complete(req, s, start, &cancel).await,
+        ),
+        None => (false, returned_after, t.send(req, start, &cancel).await),
+    }
+}
+
+#[tokio::test]
+async fn a_request_sent_from_the_pacer_thread_reuses_an_idle_connection() {
+    let (url, h) = raw_server(1, 3);
+    let t = Target::new(&url, None, Some("tiny")).unwrap();
+    let req = request(Endpoint::Completions, 1);
+    // Nothing idle yet: the first request connects the ordinary way.
+    let (direct, _, r) = send_from_thread(&t, &req).await;
+    assert!(!direct);
+    assert_eq!(r.outcome, Outcome::Length, "{:?}", r.message);
+    for i in 0..2 {
+        let (direct, returned_after, r) = send_from_thread(&t, &req).await;
+        assert!(direct, "request {i} was not sent on the idle connection");
+        // The send lag ends at the write, before `send_now` returned.
+        assert!(
+            Duration::from_nanos(r.send_lag_ns) <= returned_after,
+            "request {i}: {} ns > {returned_after:?}",
+            r.send_lag_ns
+        );
+        assert_eq!(r.outcome, Outcome::Length, "request {i}: {:?}", r.message);
+        assert_eq!(r.timing.content_chunk_ns.len(), 1);
+    }
+    drop(t);
+    assert_eq!(h.join().unwrap(), vec![3]);
+}
+
+/// Every way an idle connection can be dead when the pacer takes it: closed and the close
+/// already read (`send_now` skips it), or closed with the close not yet read (the request goes
+/// out and dies unanswered; `complete` sends it again on a new connection). Each request must
+/// still end `length`, promptly, each on its own connection.
+#[tokio::test]
+async fn a_request_sent_from_the_pacer_thread_survives_a_closed_idle_connection() {
+    // (close when the next request arrives, pause between requests)
+    for (close_on_next, pause_ms) in [(true, 0u64), (false, 0), (false, 50)] {
+        let (url, h) = raw_server_with(8, 1, close_on_next);
+        let mut sent_direct = 0;
+        let t = Target::new(&url, None, Some("tiny")).unwrap();
+        let req = request(Endpoint::Completions, 1);
+        let t0 = Instant::now();
+        for i in 0..8 {
+            let (direct, returned_after, r) = send_from_thread(&t, &req).await;
+            if direct && close_on_next {
+                // Sent again after the first send died: the lag runs to the second send.
+                assert!(Duration::from_nanos(r.send_lag_ns) > returned_after);
+            }
+            sent_direct += u32::from(direct);
+            assert_eq!(
+                r.outcome,
+                Outcome::Length,
+                "pause {pause_ms} ms, request {i}: {:?}",
+                r.message
+            );
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        drop(t);
+        assert_eq!(h.join().unwrap(), vec![1; 8], "pause {pause_ms} ms");
+        if close_on_next {
+            // Every request after the first went out on the idle connection and was sent again.
+            assert_eq!(sent_direct, 7);
+        }
+    }
 }

@@ -94,9 +94,9 @@ async fn open_loop_constant_rate_starts_exactly_the_schedule() {
         "send lag p99 {}",
         lag.send_lag_p99_s
     );
-    // The pacer's own wake-up lateness is part of each request's send lag (measured later, when
-    // the request is built), so its p99 is recorded and at most the send lag's (HDR precision:
-    // 3 significant digits).
+    // The pacer's own wake-up lateness is part of each request's send lag (the send follows the
+    // wake-up), so its p99 is recorded and at most the send lag's (HDR precision: 3 significant
+    // digits).
     assert!(lag.pacer_late_p99_s > 0.0, "pacer lateness not recorded");
     assert!(
         lag.pacer_late_p99_s <= lag.send_lag_p99_s * 1.001,
@@ -105,6 +105,13 @@ async fn open_loop_constant_rate_starts_exactly_the_schedule() {
         lag.send_lag_p99_s
     );
     assert_eq!(stub.requests(), 59);
+    // The pacer sends on idle connections; the runner keeps spares open for it (at least 16),
+    // and a spare carries no request (the stub counted exactly the schedule above).
+    assert!(
+        t.idle_connections() >= 16,
+        "{} idle connections",
+        t.idle_connections()
+    );
 }
 
 #[tokio::test]

@@ -24,10 +24,11 @@ use headroom_core::retry::{closed_before_answer, copy_request};
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use hyper::client::conn::TrySendError;
 use hyper::client::conn::http1::{Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 use std::future::{Future, poll_fn};
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
@@ -201,6 +202,21 @@ impl Pool {
         None
     }
 
+    /// Idle connections in the pool (some may have been closed by the server since).
+    pub(crate) fn idle_len(&self) -> usize {
+        self.idle.lock().map_or(0, |idle| idle.len())
+    }
+
+    /// Opens a connection and leaves it idle in the pool.
+    ///
+    /// # Errors
+    /// The connect error, described.
+    pub(crate) async fn open_spare(&self) -> Result<(), String> {
+        let link = self.connect().await?;
+        self.put_back(link);
+        Ok(())
+    }
+
     /// Returns a connection whose exchange ended cleanly (the whole body was read).
     pub(crate) fn put_back(&self, mut link: Link) {
         if link.conn.conn.is_none() || link.tx.is_closed() {
@@ -264,21 +280,112 @@ impl Pool {
                 }
                 continue;
             }
-            // A reused connection may have been closed by the server a moment ago, with the
-            // close not yet read: the request then goes out and dies with no answer. Keep a copy
-            // (the body is a refcounted `Bytes`) so that it can go to another connection.
-            let backup = (!fresh).then(|| copy_request(&req));
-            let mut sent = pin!(link.tx.try_send_request(req));
-            match drive(&mut link.conn, |cx| sent.as_mut().poll(cx)).await {
-                Ok(resp) => return Ok((link, resp)),
-                Err(mut e) => match (e.take_message(), backup) {
-                    (Some(unsent), _) if !fresh => req = unsent,
-                    // No response head came back on a reused connection that the server had
-                    // closed: the server never took the request, so it goes to the next one.
-                    (None, Some(copy)) if closed_before_answer(e.error()) => req = copy,
-                    _ => return Err(describe(e.error())),
-                },
+            match Sent::new(link, fresh, req).answer().await {
+                Ok(r) => return Ok(r),
+                Err(Unanswered::Resend(r)) => req = *r,
+                Err(Unanswered::Failed(e)) => return Err(e),
             }
+        }
+    }
+
+    /// Writes `req` onto an idle connection now, from the calling thread, without waiting for
+    /// anything: the open-loop pacer sends this way at the intended time, so that the send does
+    /// not wait for a runtime worker to pick a task up. One poll of the connection (with a waker
+    /// that does nothing; the task that later awaits the answer registers its own) hands the
+    /// request to the socket: on loopback and on any link with room in the socket buffer the
+    /// whole request is written then; the rest, if any, goes out when the answer is awaited.
+    ///
+    /// `None` when no idle connection is ready (none in the pool, or the ones there were
+    /// closed): the caller then sends the request the ordinary way, connecting first.
+    pub(crate) fn send_now(&self, req: Request<Full<Bytes>>) -> Option<Sent> {
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Some(mut link) = self.checkout() {
+            let tx = &mut link.tx;
+            // An idle connection is ready at once; one that is not (closed, or still busy) is
+            // dropped, as `request` skips it.
+            if !matches!(
+                poll_driven(&mut link.conn, &mut cx, |cx| tx.poll_ready(cx)),
+                Poll::Ready(Ok(()))
+            ) {
+                continue;
+            }
+            let mut sent = Sent::new(link, false, req);
+            let Sent { link, response, .. } = &mut sent;
+            if let Poll::Ready(r) =
+                poll_driven(&mut link.conn, &mut cx, |cx| response.as_mut().poll(cx))
+            {
+                sent.response = Box::pin(std::future::ready(r));
+            }
+            sent.at = Instant::now();
+            return Some(sent);
+        }
+        None
+    }
+}
+
+/// What the response head of a sent request resolves to (hyper's `try_send_request`).
+type Answer = Result<Response<Incoming>, TrySendError<Request<Full<Bytes>>>>;
+
+/// A request handed to a connection, its answer not yet awaited ([`Pool::send_now`]).
+pub(crate) struct Sent {
+    link: Link,
+    /// The connection was opened for this request (not reused from the pool).
+    fresh: bool,
+    /// A copy of the request, kept when the connection was reused: a connection the server had
+    /// just closed may take the request and die without an answer; the copy then goes to
+    /// another connection.
+    backup: Option<Request<Full<Bytes>>>,
+    response: Pin<Box<dyn Future<Output = Answer> + Send>>,
+    /// When the request was handed to the connection.
+    pub(crate) at: Instant,
+}
+
+/// Why a sent request got no response head.
+pub(crate) enum Unanswered {
+    /// The server never took the request (the connection was closed under it): send it again.
+    Resend(Box<Request<Full<Bytes>>>),
+    /// A transport error, described.
+    Failed(String),
+}
+
+impl Sent {
+    /// Hands `req` to `link`, which must be ready (`poll_ready`); nothing is polled yet.
+    fn new(mut link: Link, fresh: bool, req: Request<Full<Bytes>>) -> Sent {
+        // The body is a refcounted `Bytes`: the copy is cheap.
+        let backup = (!fresh).then(|| copy_request(&req));
+        let response = Box::pin(link.tx.try_send_request(req));
+        Sent {
+            link,
+            fresh,
+            backup,
+            response,
+            at: Instant::now(),
+        }
+    }
+
+    /// Waits for the response head, driving the connection in this task.
+    ///
+    /// # Errors
+    /// [`Unanswered`]: the request to send again, or the transport error.
+    pub(crate) async fn answer(self) -> Result<(Link, Response<Incoming>), Unanswered> {
+        let Sent {
+            mut link,
+            fresh,
+            backup,
+            mut response,
+            ..
+        } = self;
+        match drive(&mut link.conn, |cx| response.as_mut().poll(cx)).await {
+            Ok(resp) => Ok((link, resp)),
+            Err(mut e) => match (e.take_message(), backup) {
+                (Some(unsent), _) if !fresh => Err(Unanswered::Resend(Box::new(unsent))),
+                // No response head came back on a reused connection that the server had closed:
+                // the server never took the request, so it goes to the next one.
+                (None, Some(copy)) if closed_before_answer(e.error()) => {
+                    Err(Unanswered::Resend(Box::new(copy)))
+                }
+                _ => Err(Unanswered::Failed(describe(e.error()))),
+            },
         }
     }
 }

@@ -11,7 +11,9 @@
 //! Times in a [`RequestRecord`] are nanoseconds since the request's *start*: the intended send
 //! time in open loop (so a late send counts against the latency, no coordinated omission), the
 //! dispatch time in closed loop. The gap between start and the actual hand-over to the HTTP stack
-//! is the *send lag*, recorded separately.
+//! is the *send lag*, recorded separately. In open loop without a concurrency cap the pacer
+//! thread writes each request onto an idle connection itself ([`Target::send_now`]) and the
+//! hand-over is that write.
 //!
 //! Only `http://` targets are supported (no TLS); an API key is sent as `Authorization: Bearer`
 //! and never printed (the header is marked sensitive and [`Target`]'s `Debug` redacts it).
@@ -23,7 +25,7 @@ pub mod sse;
 use crate::prompt::DrawnRequest;
 use crate::workload::Endpoint;
 use bytes::Bytes;
-use conn::{ConnDriver, Pool, describe, drive};
+use conn::{ConnDriver, Pool, Unanswered, describe, drive};
 use headroom_core::{Outcome, RequestTiming};
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
@@ -282,6 +284,17 @@ impl Target {
         start: Instant,
         cancel: &CancellationFlag,
     ) -> RequestRecord {
+        self.send_with(req, None, start, cancel).await
+    }
+
+    /// [`Target::send`], or [`Target::complete`] when `sent`.
+    async fn send_with(
+        &self,
+        req: &PreparedRequest,
+        sent: Option<Dispatched>,
+        start: Instant,
+        cancel: &CancellationFlag,
+    ) -> RequestRecord {
         let mut st = StreamState {
             content_chunk_ns: Vec::with_capacity(req.max_tokens as usize + 1),
             ..StreamState::default()
@@ -303,7 +316,8 @@ impl Target {
         let deadline = tokio::time::Instant::from_std(start + self.config.request_timeout);
         let mut last_ns = 0u64;
         let ended = {
-            let mut exchange = pin!(self.exchange(req, start, &mut st, &mut rec, &mut last_ns));
+            let mut exchange =
+                pin!(self.exchange(req, sent, start, &mut st, &mut rec, &mut last_ns));
             let mut cancelled = pin!(cancel.cancelled());
             let mut timer = pin!(tokio::time::sleep_until(deadline));
             // As `select!` (biased: cancel, then deadline, then the exchange), except that the
@@ -363,16 +377,8 @@ impl Target {
         rec
     }
 
-    /// Runs the HTTP exchange; `Some(outcome)` when it ended before or outside the stream
-    /// (HTTP status, transport), `None` when the stream ran and `st` decides.
-    async fn exchange(
-        &self,
-        req: &PreparedRequest,
-        start: Instant,
-        st: &mut StreamState,
-        rec: &mut RequestRecord,
-        last_ns: &mut u64,
-    ) -> Option<Outcome> {
+    /// The HTTP request for `req`.
+    fn http_request(&self, req: &PreparedRequest) -> Result<Request<Full<Bytes>>, String> {
         let mut b = Request::builder()
             .method(Method::POST)
             .uri(self.path(req.endpoint).clone())
@@ -382,15 +388,85 @@ impl Target {
         if let Some(a) = &self.auth {
             b = b.header(AUTHORIZATION, a.clone());
         }
-        let http_req = match b.body(Full::new(req.body.clone())) {
-            Ok(r) => r,
-            Err(e) => {
-                rec.message = Some(format!("cannot build request: {e}"));
-                return Some(Outcome::Protocol);
+        b.body(Full::new(req.body.clone()))
+            .map_err(|e| format!("cannot build request: {e}"))
+    }
+
+    /// Writes `req` onto an idle pooled connection now, from the calling thread, and returns
+    /// without waiting for anything (no runtime needed on this thread). The open-loop pacer
+    /// sends this way at each intended time, so the send does not wait for a runtime worker to
+    /// pick up a task; [`Target::complete`] then awaits the answer in a task. The send lag of
+    /// such a request is measured to this hand-over.
+    ///
+    /// `None` when no idle connection is ready (none yet, or the ones in the pool were closed)
+    /// or the request cannot be built: send it with [`Target::send`] instead.
+    pub fn send_now(&self, req: &PreparedRequest) -> Option<Dispatched> {
+        let http_req = self.http_request(req).ok()?;
+        self.pool.send_now(http_req).map(Dispatched)
+    }
+
+    /// Idle connections kept for this target (shared by its clones).
+    pub fn idle_connections(&self) -> usize {
+        self.pool.idle_len()
+    }
+
+    /// Opens a connection ahead of need and keeps it idle, so that a later
+    /// [`Target::send_now`] finds one ready.
+    ///
+    /// # Errors
+    /// The connect error, described (refused, timed out).
+    pub async fn open_spare_connection(&self) -> Result<(), String> {
+        self.pool.open_spare().await
+    }
+
+    /// As [`Target::send`] for a request already handed to a connection by
+    /// [`Target::send_now`] (`req` must be the same request).
+    pub async fn complete(
+        &self,
+        req: &PreparedRequest,
+        sent: Dispatched,
+        start: Instant,
+        cancel: &CancellationFlag,
+    ) -> RequestRecord {
+        self.send_with(req, Some(sent), start, cancel).await
+    }
+
+    /// Runs the HTTP exchange; `Some(outcome)` when it ended before or outside the stream
+    /// (HTTP status, transport), `None` when the stream ran and `st` decides.
+    async fn exchange(
+        &self,
+        req: &PreparedRequest,
+        sent: Option<Dispatched>,
+        start: Instant,
+        st: &mut StreamState,
+        rec: &mut RequestRecord,
+        last_ns: &mut u64,
+    ) -> Option<Outcome> {
+        let answered = match sent {
+            Some(Dispatched(sent)) => {
+                rec.send_lag_ns = nanos_between(start, sent.at);
+                match sent.answer().await {
+                    Ok(r) => Ok(r),
+                    Err(Unanswered::Failed(e)) => Err(e),
+                    // The connection was closed under the request: it goes out again now.
+                    Err(Unanswered::Resend(again)) => {
+                        rec.send_lag_ns = nanos_since(start);
+                        self.pool.request(*again).await
+                    }
+                }
             }
+            None => match self.http_request(req) {
+                Ok(http_req) => {
+                    rec.send_lag_ns = nanos_since(start);
+                    self.pool.request(http_req).await
+                }
+                Err(e) => {
+                    rec.message = Some(e);
+                    return Some(Outcome::Protocol);
+                }
+            },
         };
-        rec.send_lag_ns = nanos_since(start);
-        let (mut link, resp) = match self.pool.request(http_req).await {
+        let (mut link, resp) = match answered {
             Ok(r) => r,
             Err(e) => {
                 rec.message = Some(e);
@@ -438,7 +514,23 @@ impl Target {
 }
 
 fn nanos_since(start: Instant) -> u64 {
-    u64::try_from(Instant::now().saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
+    nanos_between(start, Instant::now())
+}
+
+fn nanos_between(start: Instant, end: Instant) -> u64 {
+    u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A request already written onto a pooled connection ([`Target::send_now`]), its answer not yet
+/// awaited; finish it with [`Target::complete`]. Dropping it closes the connection.
+pub struct Dispatched(conn::Sent);
+
+impl fmt::Debug for Dispatched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatched")
+            .field("at", &self.0.at)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The whole body (at most `limit` bytes), driving its connection.
