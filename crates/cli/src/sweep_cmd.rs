@@ -47,8 +47,8 @@ pub struct SweepArgs {
     /// dcgm-exporter metrics URL (e.g. http://127.0.0.1:9400/metrics).
     #[arg(long)]
     pub dcgm: Option<String>,
-    /// Seconds between scrapes during a level.
-    #[arg(long, default_value_t = 2.0)]
+    /// Time between scrapes during a level: seconds (2) or a duration (2s, 500ms).
+    #[arg(long, default_value_t = 2.0, value_parser = seconds_arg)]
     pub scrape_interval: f64,
     /// Levels to run (comma-separated concurrencies or req/s); default automatic.
     #[arg(long, value_delimiter = ',')]
@@ -62,11 +62,12 @@ pub struct SweepArgs {
     /// Bisection stops when fail − pass ≤ this share of the pass level (e.g. 10%).
     #[arg(long)]
     pub resolution: Option<String>,
-    /// Warm-up per level in seconds (default: the workload's).
-    #[arg(long)]
+    /// Warm-up per level: seconds (10) or a duration (10s, 1m) (default: the workload's).
+    #[arg(long, value_parser = seconds_arg)]
     pub warmup: Option<f64>,
-    /// Measurement window per level in seconds (default: the workload's).
-    #[arg(long)]
+    /// Measurement window per level: seconds (30) or a duration (30s, 2m) (default: the
+    /// workload's).
+    #[arg(long, value_parser = seconds_arg)]
     pub measure: Option<f64>,
     /// Seed of arrivals, prompts and the mix (default: the workload's `seed`, else a new random
     /// one per run, printed and recorded in manifest.json). A rerun with the same seed sends the
@@ -584,6 +585,17 @@ impl FileLog {
 }
 
 /// `--warmup` / `--measure` in seconds, checked as the workload's `warmup` / `measure` are.
+/// A time flag's value in seconds: a plain number of seconds (`2.5`) or a duration with a unit
+/// as in `slo.yaml` (`2.5s`, `500ms`, `1m`; [`headroom_core::slo::parse_duration_s`]). The range
+/// is checked where the flag is used.
+fn seconds_arg(v: &str) -> std::result::Result<f64, String> {
+    match v.trim().parse::<f64>() {
+        Ok(s) => Ok(s),
+        Err(_) => headroom_core::slo::parse_duration_s(v)
+            .map_err(|e| format!("{e}; or a plain number of seconds")),
+    }
+}
+
 fn flag_window(flag: &str, secs: f64, allow_zero: bool) -> Result<Duration> {
     window_from_secs(secs, allow_zero).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
@@ -642,6 +654,26 @@ fn redact_argv(argv: &[String]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    /// Time flags take plain seconds or a duration with a unit; anything else is refused with
+    /// what was expected.
+    #[test]
+    fn time_flags_take_seconds_or_durations() {
+        for (v, want) in [
+            ("3", 3.0),
+            ("2.5", 2.5),
+            ("3s", 3.0),
+            ("500ms", 0.5),
+            ("1m", 60.0),
+            (" 1.5s ", 1.5),
+        ] {
+            assert_eq!(super::seconds_arg(v), Ok(want), "{v:?}");
+        }
+        for v in ["", "s", "3 parsecs", "abc", "-"] {
+            let e = super::seconds_arg(v).unwrap_err();
+            assert!(e.contains("plain number of seconds"), "{v:?}: {e}");
+        }
+    }
+
     /// The closing line names exactly the files that exist: none, the current ones, and those
     /// left from an earlier write.
     #[test]
