@@ -65,3 +65,114 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// Flags of vLLM 0.32's engine and server (`vllm/engine/arg_utils.py`) that Headroom's
+    /// messages and advice may name; every other `--flag` in a message must be Headroom's own.
+    const VLLM_FLAGS: &[&str] = &[
+        "enable-prefix-caching",
+        "enforce-eager",
+        "gpu-memory-utilization",
+        "kv-cache-dtype",
+        "max-model-len",
+        "max-num-batched-tokens",
+        "max-num-queued-reqs",
+        "max-num-seqs",
+        "tensor-parallel-size",
+    ];
+
+    fn long_flags(c: &clap::Command, out: &mut BTreeSet<String>) {
+        for a in c.get_arguments() {
+            if let Some(l) = a.get_long() {
+                out.insert(l.to_string());
+            }
+        }
+        for s in c.get_subcommands() {
+            long_flags(s, out);
+        }
+    }
+
+    /// Every `--flag` named in a string of the product's code (messages, warnings, advice; test
+    /// modules excluded) or in the README exists: a Headroom flag, or one of vLLM's listed above.
+    /// A warning once advised `--shard i/N`, which no command has.
+    #[test]
+    fn every_flag_a_message_names_exists() {
+        let mut known = BTreeSet::new();
+        long_flags(&super::Cli::command(), &mut known);
+        known.extend(["help", "version"].map(String::from));
+        known.extend(VLLM_FLAGS.iter().map(|f| (*f).to_string()));
+        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut unknown = Vec::new();
+        let mut files = Vec::new();
+        let mut dirs = vec![crates];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                let name = p.file_name().unwrap().to_string_lossy().to_string();
+                if p.is_dir() {
+                    // Product code only: `src` trees, not tests, benches or fuzz targets.
+                    if !matches!(name.as_str(), "tests" | "benches" | "fuzz" | "target") {
+                        dirs.push(p);
+                    }
+                } else if name.ends_with(".rs") && p.components().any(|c| c.as_os_str() == "src") {
+                    files.push(p);
+                }
+            }
+        }
+        assert!(files.len() > 30, "found only {} source files", files.len());
+        // The README's commands too (with cargo's own flags).
+        let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+        files.push(readme.clone());
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap();
+            let is_readme = *f == readme;
+            let mut known = known.clone();
+            if is_readme {
+                known.extend(["release", "bench", "workspace", "all-targets"].map(String::from));
+            }
+            for (n, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("#[cfg(test)]") {
+                    break;
+                }
+                let code = line.trim_start();
+                if !is_readme && code.starts_with("//") {
+                    continue;
+                }
+                // In code, only inside string literals: after the first `"` of the line.
+                let lit = if is_readme {
+                    line
+                } else {
+                    let Some(q) = line.find('"') else { continue };
+                    &line[q..]
+                };
+                let mut rest = lit;
+                while let Some(i) = rest.find("--") {
+                    let after = &rest[i + 2..];
+                    let flag: String = after
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+                        .collect();
+                    let flag = flag.trim_end_matches('-').to_string();
+                    let before = rest[..i].chars().last();
+                    if !flag.is_empty()
+                        && flag.starts_with(|c: char| c.is_ascii_lowercase())
+                        && !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+                        && !known.contains(&flag)
+                    {
+                        unknown.push(format!("{}:{}: --{flag}", f.display(), n + 1));
+                    }
+                    rest = &after[flag.len().min(after.len())..];
+                }
+            }
+        }
+        assert!(
+            unknown.is_empty(),
+            "flags named but not defined: {unknown:#?}"
+        );
+    }
+}

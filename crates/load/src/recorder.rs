@@ -560,8 +560,9 @@ impl LevelRecording {
         let h = self.client_health();
         let mut w = Vec::new();
         if self.mode == LoadMode::Rate && h.send_lag_p99_s > max_send_lag_s {
-            // Whose delay: the pacer woken late by the OS (a busy host), or the client's own
-            // runtime slow to send what the pacer launched (too many streams per client).
+            // Whose delay: the pacer woken late by the OS (a busy host), or the send itself
+            // slow after an on-time wake-up (no idle connection ready, so a runtime task had to
+            // connect and send; a client process too busy with its streams).
             let cause = if h.pacer_late_p99_s >= 0.5 * h.send_lag_p99_s {
                 format!(
                     "the operating system woke the pacer thread up to {:.2} ms late (p99), so the host is too busy: give the client a quieter machine or its own cores{}",
@@ -574,7 +575,7 @@ impl LevelRecording {
                 )
             } else {
                 format!(
-                    "the pacer woke on time (p99 {:.2} ms late) but the client's runtime was slow to send: use fewer streams per client or shard the load (--shard i/N)",
+                    "the pacer woke on time (p99 {:.2} ms late) but the sends themselves were slow (the client process was too busy with its streams, or had to open new connections): give the client its own cores or a machine of its own, or offer less load per client",
                     h.pacer_late_p99_s * 1e3
                 )
             };
