@@ -213,7 +213,8 @@ pub struct ClientHealth {
     /// Send lag max, seconds.
     pub send_lag_max_s: f64,
     /// Open loop: how late the operating system woke the pacer thread at the intended send
-    /// times, p99, seconds: the share of the send lag due to the host's scheduler.
+    /// times, p99, seconds: the share of the send lag due to the host's scheduler (0 for an
+    /// arrival that was already due when the pacer got to it: that delay is the client's own).
     #[serde(default)]
     pub pacer_late_p99_s: f64,
     /// Open loop: the pacer thread ran at real-time priority (needs CAP_SYS_NICE).

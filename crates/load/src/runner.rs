@@ -212,8 +212,12 @@ enum Msg {
     },
 }
 
-/// Requests the dispatcher keeps prepared for the pacer (uncapped open loop).
-const PREPARED_AHEAD: usize = 16;
+/// Requests the dispatcher keeps prepared for the pacer (uncapped open loop): the arrivals of
+/// 50 ms at the mean rate, 16 to 1,024, so a burst does not leave the pacer waiting for the
+/// dispatcher to prepare the next one.
+fn prepared_ahead(rate_per_s: f64) -> usize {
+    (rate_per_s * 0.05).ceil().clamp(16.0, 1024.0) as usize
+}
 
 /// Sends one request and reports it; the task every launch spawns.
 #[allow(clippy::too_many_arguments)]
@@ -255,31 +259,49 @@ struct DirectLaunch {
 /// ([`Target::send_now`]): without spares, every new peak of requests in flight found none, and
 /// its sends (1–2 % of them at 500 req/s Poisson) waited for a runtime worker to connect and send,
 /// which put 2–3 ms on the send lag's p99 on a busy 2-core host.
+///
+/// Spares must not turn into a connection storm against a server that closes idle connections
+/// (a short keep-alive, a proxy): whenever idle connections were thrown away unused since the
+/// last top-up ([`Target::discarded_connections`]), or a connect failed, top-ups pause for a
+/// second, and each launch starts at most [`Spares::BURST`] connects.
 struct Spares {
-    /// Idle connections wanted: the arrivals of 50 ms at the mean rate, 16 to 1,024.
+    /// Idle connections wanted: the arrivals of 50 ms at the mean rate, 2 to 1,024.
     want: usize,
     /// Connects under way.
     opening: Arc<AtomicUsize>,
-    /// After a failed connect, no new one before this (the server may be gone).
+    /// No top-up before this: after a failed connect (the server may be gone) or idle
+    /// connections thrown away unused.
     paused_until: Arc<std::sync::Mutex<Instant>>,
+    /// [`Target::discarded_connections`] at the last top-up.
+    discarded: AtomicU64,
 }
 
 impl Spares {
     /// Connects started at once, at most.
     const BURST: usize = 4;
+    /// How long top-ups pause.
+    const PAUSE: Duration = Duration::from_secs(1);
 
-    fn new(rate_per_s: f64) -> Spares {
+    fn new(rate_per_s: f64, target: &Target) -> Spares {
         Spares {
-            want: (rate_per_s * 0.05).ceil().clamp(16.0, 1024.0) as usize,
+            want: (rate_per_s * 0.05).ceil().clamp(2.0, 1024.0) as usize,
             opening: Arc::new(AtomicUsize::new(0)),
             paused_until: Arc::new(std::sync::Mutex::new(Instant::now())),
+            discarded: AtomicU64::new(target.discarded_connections()),
         }
     }
 
     /// Starts connects (at most [`Spares::BURST`]) while the idle connections and those being
-    /// opened are fewer than wanted; a failed connect pauses this for a second.
+    /// opened are fewer than wanted, unless paused.
     fn top_up(&self, target: &Target) {
-        if self.paused_until.lock().is_ok_and(|t| Instant::now() < *t) {
+        let now = Instant::now();
+        let discarded = target.discarded_connections();
+        if self.discarded.swap(discarded, Ordering::Relaxed) != discarded
+            && let Ok(mut p) = self.paused_until.lock()
+        {
+            *p = now + Self::PAUSE;
+        }
+        if self.paused_until.lock().is_ok_and(|t| now < *t) {
             return;
         }
         let have = target.idle_connections() + self.opening.load(Ordering::Relaxed);
@@ -294,7 +316,7 @@ impl Spares {
                 if t.open_spare_connection().await.is_err()
                     && let Ok(mut p) = paused.lock()
                 {
-                    *p = Instant::now() + Duration::from_secs(1);
+                    *p = Instant::now() + Self::PAUSE;
                 }
                 opening.fetch_sub(1, Ordering::Relaxed);
             });
@@ -510,7 +532,8 @@ pub async fn run_level_with(
             };
             let launch_until_ns = Arc::new(AtomicU64::new(ns_from_t0(window_end)));
             // Uncapped: the pacer launches requests prepared here ahead of time.
-            let (prep_tx, prep_rx) = mpsc::channel::<PreparedRequest>(PREPARED_AHEAD);
+            let ahead = prepared_ahead(rate_per_s);
+            let (prep_tx, prep_rx) = mpsc::channel::<PreparedRequest>(ahead);
             let mut prep_tx = Some(prep_tx);
             let direct = (max_concurrency.is_none()).then(|| DirectLaunch {
                 handle: tokio::runtime::Handle::current(),
@@ -529,9 +552,9 @@ pub async fn run_level_with(
                         let _ = ptx.try_send(p);
                     }
                 };
-            let spares = Spares::new(rate_per_s);
+            let spares = Spares::new(rate_per_s, &target);
             if direct.is_some() {
-                for _ in 0..PREPARED_AHEAD {
+                for _ in 0..ahead {
                     refill(&mut mix, &prep_tx);
                 }
                 spares.top_up(&target);
@@ -796,6 +819,7 @@ fn pace(
             },
             None => None,
         };
+        let mut slept = false;
         loop {
             if stop.load(Ordering::Relaxed) {
                 return;
@@ -806,9 +830,18 @@ fn pace(
             }
             // Sleep in slices so a stop is noticed within 20 ms at any rate.
             std::thread::sleep((at - now).min(Duration::from_millis(20)));
+            slept = true;
         }
-        let late_ns = u64::try_from(Instant::now().saturating_duration_since(at).as_nanos())
-            .unwrap_or(u64::MAX);
+        // The OS's part of the delay: how late the wake-up came. An arrival that was already
+        // due when the pacer got to it (a burst it was still sending, or waiting for the next
+        // prepared request) had no wake-up to be late: its delay is the client's own, and shows
+        // in the send lag alone.
+        let late_ns = if slept {
+            u64::try_from(Instant::now().saturating_duration_since(at).as_nanos())
+                .unwrap_or(u64::MAX)
+        } else {
+            0
+        };
         let sent = match (&direct, prepared) {
             (Some(d), Some(p)) => {
                 let offset_ns = u64::try_from(offset.as_nanos()).unwrap_or(u64::MAX);
@@ -1170,6 +1203,49 @@ pub async fn probe(target: &Target, endpoints: &[Endpoint]) -> Result<ServerInfo
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::arrivals::ArrivalProcess;
+
+    /// Collects what the pacer sends for `schedule` from `t0` over `total`, capped open loop
+    /// (the pacer hands each arrival to the dispatcher as a `Tick`).
+    fn pace_ticks(t0: Instant, total: Duration, rate: f64) -> Vec<(Instant, u64)> {
+        let schedule = ArrivalSchedule::new(rate, ArrivalProcess::Constant, 1).unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (rt_flag, stop) = (AtomicBool::new(false), AtomicBool::new(false));
+        pace(schedule, t0, total, false, &rt_flag, &tx, &stop, None);
+        drop(tx);
+        let mut ticks = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            if let Msg::Tick(at, late_ns) = m {
+                ticks.push((at, late_ns));
+            }
+        }
+        ticks
+    }
+
+    /// Arrivals already due when the pacer gets to them (a burst, or a pacer busy sending) had no
+    /// wake-up: the OS is not blamed for their delay (their lateness is 0), however late they
+    /// are. Arrivals the pacer slept for carry their wake-up lateness.
+    #[test]
+    fn pacer_lateness_is_the_wake_up_only() {
+        // 50 arrivals at 1,000/s, all due 10 s ago.
+        let past = Instant::now() - Duration::from_secs(10);
+        let ticks = pace_ticks(past, Duration::from_millis(50), 1000.0);
+        assert_eq!(ticks.len(), 49);
+        assert!(ticks.iter().all(|&(_, late)| late == 0), "{ticks:?}");
+        // 5 arrivals at 100/s starting now: the pacer sleeps for each (after the first, whose
+        // offset 10 ms is also in the future).
+        let ticks = pace_ticks(Instant::now(), Duration::from_millis(55), 100.0);
+        assert_eq!(ticks.len(), 5);
+        let delivered = Instant::now();
+        for (at, late) in ticks {
+            // A sleep never returns early; its lateness is below the time since.
+            assert!(
+                Duration::from_nanos(late) <= delivered.saturating_duration_since(at),
+                "{late} ns"
+            );
+        }
+    }
     /// The kernel records a thread's slice in `/proc/thread-self/sched` (`se.slice`, ns) on
     /// EEVDF kernels; an older kernel without the line (or without custom slices) is skipped.
     #[cfg(target_os = "linux")]

@@ -29,7 +29,7 @@ use hyper::client::conn::http1::{Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -164,6 +164,8 @@ pub(crate) struct Pool {
     /// `Host` header value (the URL's authority).
     pub(crate) host_header: HeaderValue,
     idle: Mutex<Vec<Link>>,
+    /// Idle connections thrown away unused: expired, or found closed by the server.
+    discarded: AtomicU64,
     max_idle: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
@@ -185,6 +187,7 @@ impl Pool {
             port,
             host_header,
             idle: Mutex::new(Vec::new()),
+            discarded: AtomicU64::new(0),
             max_idle,
             idle_timeout,
             connect_timeout,
@@ -198,8 +201,15 @@ impl Pool {
             if link.idle_since.elapsed() <= self.idle_timeout && !link.tx.is_closed() {
                 return Some(link);
             }
+            self.discarded.fetch_add(1, Ordering::Relaxed);
         }
         None
+    }
+
+    /// Idle connections thrown away so far without carrying a request: expired (idle longer
+    /// than the pool keeps them), or closed by the server while they waited.
+    pub(crate) fn discarded(&self) -> u64 {
+        self.discarded.load(Ordering::Relaxed)
     }
 
     /// Idle connections in the pool (some may have been closed by the server since).
@@ -266,7 +276,17 @@ impl Pool {
     /// The connect or transport error, described.
     pub(crate) async fn request(
         &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<(Link, Response<Incoming>), String> {
+        self.request_again(req, false).await
+    }
+
+    /// As [`Pool::request`]; `resent` says the request was already written once and sent again
+    /// ([`Unanswered::Resend`] with `written`): it is not sent a third time.
+    pub(crate) async fn request_again(
+        &self,
         mut req: Request<Full<Bytes>>,
+        mut resent: bool,
     ) -> Result<(Link, Response<Incoming>), String> {
         loop {
             let (mut link, fresh) = match self.checkout() {
@@ -278,11 +298,15 @@ impl Pool {
                 if fresh {
                     return Err(describe(&e));
                 }
+                self.discarded.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            match Sent::new(link, fresh, req).answer().await {
+            match Sent::new(link, fresh, req).answer(!resent).await {
                 Ok(r) => return Ok(r),
-                Err(Unanswered::Resend(r)) => req = *r,
+                Err(Unanswered::Resend { req: r, written }) => {
+                    resent |= written;
+                    req = *r;
+                }
                 Err(Unanswered::Failed(e)) => return Err(e),
             }
         }
@@ -307,6 +331,7 @@ impl Pool {
                 poll_driven(&mut link.conn, &mut cx, |cx| tx.poll_ready(cx)),
                 Poll::Ready(Ok(()))
             ) {
+                self.discarded.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             let mut sent = Sent::new(link, false, req);
@@ -343,10 +368,25 @@ pub(crate) struct Sent {
 /// Why a sent request got no response head.
 pub(crate) enum Unanswered {
     /// The server never took the request (the connection was closed under it): send it again.
-    Resend(Box<Request<Full<Bytes>>>),
+    Resend {
+        /// The request.
+        req: Box<Request<Full<Bytes>>>,
+        /// It had been written (the connection died at once, with no answer), not refused
+        /// unwritten by a connection already known closed.
+        written: bool,
+    },
     /// A transport error, described.
     Failed(String),
 }
+
+/// A written request whose reused connection died with no response head is sent again only
+/// when the connection died this soon after the hand-over: that is the race of a server closing
+/// an idle keep-alive connection as the request leaves (its close was already on the way; on
+/// loopback it shows within microseconds, on a LAN within a round trip). A connection that
+/// died later had a server that read the request and then dropped it: sending it again would
+/// make the server see one request twice (a server that read each request and closed 50 ms later
+/// got up to 14 copies of one).
+const RESEND_WITHIN: Duration = Duration::from_millis(10);
 
 impl Sent {
     /// Hands `req` to `link`, which must be ready (`poll_ready`); nothing is polled yet.
@@ -363,26 +403,40 @@ impl Sent {
         }
     }
 
-    /// Waits for the response head, driving the connection in this task.
+    /// Waits for the response head, driving the connection in this task. `may_resend_written`:
+    /// a written request whose connection died at once may be sent again (once per request).
     ///
     /// # Errors
     /// [`Unanswered`]: the request to send again, or the transport error.
-    pub(crate) async fn answer(self) -> Result<(Link, Response<Incoming>), Unanswered> {
+    pub(crate) async fn answer(
+        self,
+        may_resend_written: bool,
+    ) -> Result<(Link, Response<Incoming>), Unanswered> {
         let Sent {
             mut link,
             fresh,
             backup,
             mut response,
-            ..
+            at,
         } = self;
         match drive(&mut link.conn, |cx| response.as_mut().poll(cx)).await {
             Ok(resp) => Ok((link, resp)),
             Err(mut e) => match (e.take_message(), backup) {
-                (Some(unsent), _) if !fresh => Err(Unanswered::Resend(Box::new(unsent))),
-                // No response head came back on a reused connection that the server had closed:
-                // the server never took the request, so it goes to the next one.
-                (None, Some(copy)) if closed_before_answer(e.error()) => {
-                    Err(Unanswered::Resend(Box::new(copy)))
+                (Some(unsent), _) if !fresh => Err(Unanswered::Resend {
+                    req: Box::new(unsent),
+                    written: false,
+                }),
+                // No response head came back on a reused connection that the server closed as
+                // the request left: the server never took it, so it goes to the next one.
+                (None, Some(copy))
+                    if may_resend_written
+                        && at.elapsed() <= RESEND_WITHIN
+                        && closed_before_answer(e.error()) =>
+                {
+                    Err(Unanswered::Resend {
+                        req: Box::new(copy),
+                        written: true,
+                    })
                 }
                 _ => Err(Unanswered::Failed(describe(e.error()))),
             },

@@ -68,6 +68,11 @@ impl Default for ClientConfig {
     }
 }
 
+/// How long an idle connection is kept for reuse: 4 s, below the 5 s keep-alive timeout of
+/// uvicorn (vLLM, SGLang) and llama.cpp's server, so the client does not reuse a connection at
+/// the moment the server closes it.
+pub const IDLE_KEEP: Duration = Duration::from_secs(4);
+
 /// Errors constructing a target.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum TargetError {
@@ -200,7 +205,9 @@ impl Target {
             port,
             host_header,
             config.max_idle_per_host,
-            Duration::from_secs(90),
+            // Below the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp's server: a
+            // connection idle longer is closed rather than raced against the server's close.
+            IDLE_KEEP,
             config.connect_timeout,
         ));
         Ok(Target {
@@ -410,6 +417,12 @@ impl Target {
         self.pool.idle_len()
     }
 
+    /// Idle connections thrown away so far without carrying a request (expired after
+    /// [`IDLE_KEEP`], or closed by the server while idle); shared by clones.
+    pub fn discarded_connections(&self) -> u64 {
+        self.pool.discarded()
+    }
+
     /// Opens a connection ahead of need and keeps it idle, so that a later
     /// [`Target::send_now`] finds one ready.
     ///
@@ -445,13 +458,14 @@ impl Target {
         let answered = match sent {
             Some(Dispatched(sent)) => {
                 rec.send_lag_ns = nanos_between(start, sent.at);
-                match sent.answer().await {
+                match sent.answer(true).await {
                     Ok(r) => Ok(r),
                     Err(Unanswered::Failed(e)) => Err(e),
-                    // The connection was closed under the request: it goes out again now.
-                    Err(Unanswered::Resend(again)) => {
-                        rec.send_lag_ns = nanos_since(start);
-                        self.pool.request(*again).await
+                    // The connection was closed under the request: it goes out again now. The
+                    // send lag stays the first send's (the request left on time; the time lost
+                    // counts in its latency).
+                    Err(Unanswered::Resend { req, written }) => {
+                        self.pool.request_again(*req, written).await
                     }
                 }
             }
