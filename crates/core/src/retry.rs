@@ -1,7 +1,26 @@
 //! Resending a request that a pooled HTTP/1.1 connection lost: servers close idle keep-alive
 //! connections (uvicorn, and so vLLM, after 5 s), and a request written on one just as it closes
 //! gets no answer. The load client's and the gateway's connection pools both resend such a
-//! request, once, on a new connection.
+//! request, once, on a new connection, when [`may_resend_written`] says the server cannot have
+//! taken it.
+
+use std::time::{Duration, Instant};
+
+/// A written request whose reused connection died with no response head is sent again only
+/// when the connection died this soon after the send: that is the race of a server closing an
+/// idle keep-alive connection as the request leaves (its close was already on the way; on
+/// loopback it shows within microseconds, on a LAN within a round trip). A connection that died
+/// later had a server that read the request and then dropped it (a crashed worker, a proxy):
+/// sending it again would make the server see one request twice. Resending without this bound
+/// made a server that read each request and closed 50 ms later see one request up to 14 times.
+pub const RESEND_WITHIN: Duration = Duration::from_millis(10);
+
+/// Whether a request written at `sent_at` on a reused connection, whose send failed with `e`,
+/// may be sent again: the connection was closed under it ([`closed_before_answer`]) within
+/// [`RESEND_WITHIN`], and it was not already resent once (`resent`).
+pub fn may_resend_written(e: &hyper::Error, sent_at: Instant, resent: bool) -> bool {
+    !resent && sent_at.elapsed() <= RESEND_WITHIN && closed_before_answer(e)
+}
 
 /// The same request again: method, URI, version, headers and (cloned, for `Full<Bytes>` a
 /// shared) body.

@@ -30,7 +30,7 @@
 
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
-use headroom_core::retry::{closed_before_answer, copy_request};
+use headroom_core::retry::{copy_request, may_resend_written};
 use http::header::HOST;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
@@ -327,8 +327,9 @@ impl Conns {
     /// Sends `req` (origin-form URI; the `Host` header is set here) on an idle connection or a
     /// new one and waits for the response head, driving the connection in the calling task.
     /// A request an idle connection refused unsent, or that died with no response head on a
-    /// reused connection the server had closed, goes to the next connection; a new
-    /// connection is the last try.
+    /// reused connection the server closed as it was sent ([`may_resend_written`]: within
+    /// 10 ms, once), goes to the next connection; a new connection is the last try. A request
+    /// the upstream read and then dropped is never sent twice.
     ///
     /// # Errors
     /// [`UpstreamError::Connect`] when no connection could be made, else
@@ -338,6 +339,8 @@ impl Conns {
         mut req: Request<Full<Bytes>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         req.headers_mut().insert(HOST, self.host_header.clone());
+        // The request was written once and sent again already (at most once).
+        let mut resent = false;
         loop {
             let (mut link, fresh) = match self.checkout() {
                 Some(l) => (l, false),
@@ -352,6 +355,7 @@ impl Conns {
             }
             // The body is a shared `Bytes`: keeping a copy for a resend costs no copy of it.
             let backup = (!fresh).then(|| copy_request(&req));
+            let sent_at = Instant::now();
             let mut sent = pin!(link.tx.try_send_request(req));
             match drive(&mut link.driver, |cx| sent.as_mut().poll(cx)).await {
                 Ok(resp) => {
@@ -367,7 +371,12 @@ impl Conns {
                 }
                 Err(mut e) => match (e.take_message(), backup) {
                     (Some(unsent), _) if !fresh => req = unsent,
-                    (None, Some(copy)) if closed_before_answer(e.error()) => req = copy,
+                    // Written, then the connection died: resent only when that was the race
+                    // with the upstream closing it idle, never when it read the request.
+                    (None, Some(copy)) if may_resend_written(e.error(), sent_at, resent) => {
+                        resent = true;
+                        req = copy;
+                    }
                     _ => return Err(UpstreamError::Transport(describe(e.error()))),
                 },
             }

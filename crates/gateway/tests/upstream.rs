@@ -1,7 +1,8 @@
 //! Upstream connection handling against a scripted HTTP/1.1 server on loopback: connections are
 //! reused, a pooled connection the server closed while it was idle is replaced, and a request
 //! that died unanswered on a reused connection (the server closed it as the request arrived) is
-//! sent again on a new one. Every wait is bounded.
+//! sent again on a new one, but not one the server read and dropped later. Every wait is
+//! bounded.
 
 mod common;
 
@@ -21,6 +22,9 @@ enum Script {
     CloseWhenIdle(Duration),
     /// Answers the first request; on the second, reads it and closes without an answer.
     DropSecond,
+    /// As `DropSecond`, closing this long after reading the second request (a worker that
+    /// crashed while on it).
+    DropSecondAfter(Duration),
 }
 
 #[derive(Default)]
@@ -78,6 +82,12 @@ async fn scripted(script: Script) -> (SocketAddr, Arc<Seen>, tokio::task::JoinHa
                     }
                     s.requests.fetch_add(1, Ordering::SeqCst);
                     if matches!(script, Script::DropSecond) && n == 1 {
+                        return;
+                    }
+                    if let Script::DropSecondAfter(hold) = script
+                        && n == 1
+                    {
+                        tokio::time::sleep(hold).await;
                         return;
                     }
                     let resp = format!(
@@ -162,6 +172,20 @@ async fn a_request_lost_on_a_closing_reused_connection_goes_to_a_new_one() {
     assert_eq!(seen.requests.load(Ordering::SeqCst), 3);
     assert_eq!(seen.connections.load(Ordering::SeqCst), 2);
     assert_eq!(stops(&scrape(gw.addr).await), Some(2.0));
+    gw.shutdown().await;
+    task.abort();
+}
+
+/// A request the upstream read and then dropped 50 ms later is not sent again (the engine would
+/// run it twice): the client gets a 502, and the upstream saw it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_upstream_read_and_dropped_is_not_sent_again() {
+    let (up, seen, task) = scripted(Script::DropSecondAfter(Duration::from_millis(50))).await;
+    let gw = gateway("{}", &[url(up)], None).await;
+    assert_eq!(complete(gw.addr).await, StatusCode::OK);
+    assert_eq!(complete(gw.addr).await, StatusCode::BAD_GATEWAY);
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 2);
+    assert_eq!(seen.connections.load(Ordering::SeqCst), 1);
     gw.shutdown().await;
     task.abort();
 }

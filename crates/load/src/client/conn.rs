@@ -20,7 +20,7 @@
 
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
-use headroom_core::retry::{closed_before_answer, copy_request};
+use headroom_core::retry::{copy_request, may_resend_written};
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -301,7 +301,7 @@ impl Pool {
                 self.discarded.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            match Sent::new(link, fresh, req).answer(!resent).await {
+            match Sent::new(link, fresh, req).answer(resent).await {
                 Ok(r) => return Ok(r),
                 Err(Unanswered::Resend { req: r, written }) => {
                     resent |= written;
@@ -379,15 +379,6 @@ pub(crate) enum Unanswered {
     Failed(String),
 }
 
-/// A written request whose reused connection died with no response head is sent again only
-/// when the connection died this soon after the hand-over: that is the race of a server closing
-/// an idle keep-alive connection as the request leaves (its close was already on the way; on
-/// loopback it shows within microseconds, on a LAN within a round trip). A connection that
-/// died later had a server that read the request and then dropped it: sending it again would
-/// make the server see one request twice (a server that read each request and closed 50 ms later
-/// got up to 14 copies of one).
-const RESEND_WITHIN: Duration = Duration::from_millis(10);
-
 impl Sent {
     /// Hands `req` to `link`, which must be ready (`poll_ready`); nothing is polled yet.
     fn new(mut link: Link, fresh: bool, req: Request<Full<Bytes>>) -> Sent {
@@ -403,14 +394,15 @@ impl Sent {
         }
     }
 
-    /// Waits for the response head, driving the connection in this task. `may_resend_written`:
-    /// a written request whose connection died at once may be sent again (once per request).
+    /// Waits for the response head, driving the connection in this task. `resent`: the request
+    /// was already written and sent again once, so it is not resent a second time
+    /// ([`may_resend_written`]).
     ///
     /// # Errors
     /// [`Unanswered`]: the request to send again, or the transport error.
     pub(crate) async fn answer(
         self,
-        may_resend_written: bool,
+        resent: bool,
     ) -> Result<(Link, Response<Incoming>), Unanswered> {
         let Sent {
             mut link,
@@ -428,11 +420,7 @@ impl Sent {
                 }),
                 // No response head came back on a reused connection that the server closed as
                 // the request left: the server never took it, so it goes to the next one.
-                (None, Some(copy))
-                    if may_resend_written
-                        && at.elapsed() <= RESEND_WITHIN
-                        && closed_before_answer(e.error()) =>
-                {
+                (None, Some(copy)) if may_resend_written(e.error(), at, resent) => {
                     Err(Unanswered::Resend {
                         req: Box::new(copy),
                         written: true,

@@ -458,7 +458,7 @@ impl Target {
         let answered = match sent {
             Some(Dispatched(sent)) => {
                 rec.send_lag_ns = nanos_between(start, sent.at);
-                match sent.answer(true).await {
+                match sent.answer(false).await {
                     Ok(r) => Ok(r),
                     Err(Unanswered::Failed(e)) => Err(e),
                     // The connection was closed under the request: it goes out again now. The
