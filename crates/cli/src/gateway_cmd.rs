@@ -81,12 +81,12 @@ pub async fn run(a: GatewayArgs) -> Result<()> {
     let classes = classes.join(", ");
     let handle = start(cfg).await.context("cannot start the gateway")?;
     eprintln!(
-        "headroom gateway on http://{} (metrics at /metrics); classes: {classes}; Ctrl-C stops",
+        "headroom gateway on http://{} (metrics at /metrics); classes: {classes}; Ctrl-C or SIGTERM stops",
         handle.addr
     );
-    tokio::signal::ctrl_c()
+    crate::stop_signal()
         .await
-        .context("cannot wait for Ctrl-C")?;
+        .context("cannot wait for Ctrl-C or SIGTERM")?;
     handle.shutdown().await;
     Ok(())
 }

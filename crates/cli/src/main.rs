@@ -35,6 +35,27 @@ enum Command {
     Gateway(gateway_cmd::GatewayArgs),
 }
 
+/// Resolves when the process is asked to stop: Ctrl-C (SIGINT) or, on Unix, SIGTERM (what
+/// `kill`, `timeout` and Kubernetes send). Returns the signal's name for the message.
+///
+/// # Errors
+/// When the signal handlers cannot be installed.
+pub(crate) async fn stop_signal() -> std::io::Result<&'static str> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map(|()| "Ctrl-C"),
+            _ = term.recv() => Ok("SIGTERM"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.map(|()| "Ctrl-C")
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()

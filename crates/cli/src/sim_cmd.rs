@@ -196,12 +196,12 @@ pub async fn run(args: SimArgs) -> Result<()> {
         )
     })?;
     eprintln!(
-        "headroom sim: OpenAI API on http://{} (metrics at /metrics), dcgm-exporter on http://{}/metrics. Ctrl-C stops.",
+        "headroom sim: OpenAI API on http://{} (metrics at /metrics), dcgm-exporter on http://{}/metrics. Ctrl-C or SIGTERM stops.",
         handle.api_addr, handle.dcgm_addr
     );
-    tokio::signal::ctrl_c()
+    crate::stop_signal()
         .await
-        .context("waiting for Ctrl-C")?;
+        .context("cannot wait for Ctrl-C or SIGTERM")?;
     handle.shutdown().await;
     Ok(())
 }

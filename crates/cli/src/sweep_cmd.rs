@@ -152,7 +152,8 @@ const DEMO_MEASURE_S: u64 = 5;
 const QUICK_WARMUP_S: u64 = 2;
 const QUICK_MEASURE_S: u64 = 4;
 
-/// Runs the sweep; exit status 0 when it completed (whatever the verdicts), 130 on Ctrl-C.
+/// Runs the sweep; exit status 0 when it completed (whatever the verdicts), 130 when stopped by
+/// Ctrl-C or SIGTERM (partial results written).
 pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     if args.print_defaults {
         println!(
@@ -459,9 +460,9 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     {
         let c = cancel.clone();
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if let Ok(sig) = crate::stop_signal().await {
                 eprintln!(
-                    "\nheadroom: Ctrl-C: stopping after cancelling in-flight requests; finished levels are kept"
+                    "\nheadroom: {sig}: stopping after cancelling in-flight requests; finished levels are kept"
                 );
                 c.cancel();
             }

@@ -287,7 +287,10 @@ pub struct LevelResult {
     pub request_rate_per_s: f64,
     /// Output tokens per second (from usage).
     pub output_tokens_per_s: f64,
-    /// Goodput: requests per second that met every per-request latency objective.
+    /// Goodput (DistServe; vLLM `bench serve --goodput`): requests that started in the window,
+    /// succeeded and met their class's per-request thresholds — its TTFT, TPOT and E2E
+    /// objectives' thresholds (the smallest of a signal's percentiles; ITL and queue-time
+    /// objectives have no per-request form) — per second of window.
     pub goodput_per_s: f64,
     /// Token accounting.
     pub tokens: TokenCounts,

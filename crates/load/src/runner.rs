@@ -58,7 +58,36 @@ pub struct GoodputSlo {
 }
 
 impl GoodputSlo {
-    fn is_good(&self, r: &RequestRecord) -> bool {
+    /// The per-request thresholds of a class's objectives: each TTFT, TPOT and E2E objective's
+    /// threshold (the smallest when a signal has several percentiles). ITL and queue-time
+    /// objectives have no per-request form (one request has many gaps; the queue time is the
+    /// server's) and error objectives are the success condition itself, as in vLLM's `bench
+    /// serve --goodput ttft:… tpot:… e2el:…`.
+    pub fn from_objectives(objectives: &[headroom_core::slo::Objective]) -> GoodputSlo {
+        use headroom_core::LatencySignal;
+        let mut g = GoodputSlo::default();
+        for o in objectives {
+            if let headroom_core::slo::Objective::Latency {
+                signal,
+                threshold_s,
+                ..
+            } = o
+            {
+                let ns = (threshold_s * 1e9).round() as u64;
+                let slot = match signal {
+                    LatencySignal::Ttft => &mut g.ttft_ns,
+                    LatencySignal::Tpot => &mut g.tpot_ns,
+                    LatencySignal::E2e => &mut g.e2e_ns,
+                    LatencySignal::Itl | LatencySignal::QueueTime => continue,
+                };
+                *slot = Some(slot.map_or(ns, |v| v.min(ns)));
+            }
+        }
+        g
+    }
+
+    /// Whether `r` succeeded and met every threshold.
+    pub fn is_good(&self, r: &RequestRecord) -> bool {
         if !r.outcome.is_success() {
             return false;
         }
@@ -95,8 +124,9 @@ pub struct RunOptions {
     /// so completions — and the recorded starts that follow them — are spread out instead of
     /// arriving as one synchronised wave (default true).
     pub steady_start: bool,
-    /// Goodput thresholds.
-    pub goodput: GoodputSlo,
+    /// Goodput thresholds per class (index of the class in the level's plans); a class
+    /// without an entry counts every success as good.
+    pub goodput: Vec<GoodputSlo>,
     /// Open loop only: run the pacer thread at the lowest real-time priority (Linux
     /// `SCHED_FIFO` 1) when the OS allows it (CAP_SYS_NICE), so a busy host wakes it on time for
     /// each send (default true). The benchmark `client_throughput` (run `open`) compares both.
@@ -127,7 +157,7 @@ impl Default for RunOptions {
             check: None,
             check_every: Duration::from_secs(1),
             steady_start: true,
-            goodput: GoodputSlo::default(),
+            goodput: Vec::new(),
             pacer_realtime: true,
         }
     }
@@ -347,7 +377,7 @@ impl Flight {
         self.in_flight += 1;
     }
 
-    fn done(&mut self, d: Done, out: &mut LevelRecording, good: &GoodputSlo) {
+    fn done(&mut self, d: Done, out: &mut LevelRecording, good: &[GoodputSlo]) {
         self.in_flight -= 1;
         if let Some(t) = out.class_totals.get_mut(d.record.class) {
             t.add(&d.record);
@@ -360,7 +390,8 @@ impl Flight {
             self.in_window -= 1;
             if let Some(c) = out.classes.get_mut(d.record.class) {
                 c.record(&d.record);
-                if good.is_good(&d.record) {
+                let slo = good.get(d.record.class).copied().unwrap_or_default();
+                if slo.is_good(&d.record) {
                     c.goodput += 1;
                 }
             }
@@ -1205,6 +1236,41 @@ pub async fn probe(target: &Target, endpoints: &[Endpoint]) -> Result<ServerInfo
 mod tests {
     use super::*;
     use crate::arrivals::ArrivalProcess;
+    use headroom_core::LatencySignal;
+    use headroom_core::slo::Objective;
+
+    fn lat(signal: LatencySignal, percentile: f64, threshold_s: f64) -> Objective {
+        Objective::Latency {
+            signal,
+            percentile,
+            threshold_s,
+        }
+    }
+
+    /// Per-request thresholds come from TTFT, TPOT and E2E objectives (the smallest of a
+    /// signal's percentiles); ITL, queue time and errors give none.
+    #[test]
+    fn goodput_thresholds_from_objectives() {
+        let g = GoodputSlo::from_objectives(&[
+            lat(LatencySignal::Ttft, 95.0, 0.25),
+            lat(LatencySignal::Ttft, 99.0, 0.5),
+            lat(LatencySignal::Itl, 95.0, 0.05),
+            lat(LatencySignal::QueueTime, 95.0, 0.3),
+            lat(LatencySignal::E2e, 99.0, 20.0),
+            Objective::ErrorRate { max_ratio: 0.005 },
+        ]);
+        assert_eq!(
+            g,
+            GoodputSlo {
+                ttft_ns: Some(250_000_000),
+                tpot_ns: None,
+                e2e_ns: Some(20_000_000_000),
+            }
+        );
+        let g = GoodputSlo::from_objectives(&[lat(LatencySignal::Tpot, 90.0, 0.04)]);
+        assert_eq!(g.tpot_ns, Some(40_000_000));
+        assert_eq!(GoodputSlo::from_objectives(&[]), GoodputSlo::default());
+    }
 
     /// Collects what the pacer sends for `schedule` from `t0` over `total`, capped open loop
     /// (the pacer hands each arrival to the dispatcher as a `Tick`).

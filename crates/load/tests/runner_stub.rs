@@ -402,3 +402,43 @@ async fn spare_connections_do_not_storm_a_server_that_closes_idle_ones() {
         "{c} connects for {r} requests"
     );
 }
+
+/// Goodput counts the successes that met their class's per-request thresholds: with the stub's
+/// first token at 50 ms, none meet a 25 ms TTFT objective and all meet a 250 ms one.
+#[tokio::test]
+async fn goodput_counts_requests_within_their_class_thresholds() {
+    use headroom_core::LatencySignal;
+    use headroom_core::slo::Objective;
+    use headroom_load::runner::GoodputSlo;
+    let stub = StubServer::start(StubConfig {
+        ttft: Duration::from_millis(50),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&stub.url(), None, None).unwrap();
+    for (threshold_s, all_good) in [(0.025, false), (0.25, true)] {
+        let opts = RunOptions {
+            goodput: vec![GoodputSlo::from_objectives(&[Objective::Latency {
+                signal: LatencySignal::Ttft,
+                percentile: 95.0,
+                threshold_s,
+            }])],
+            ..RunOptions::default()
+        };
+        let rec = run_level_with(
+            &t,
+            &plans(ONE),
+            LevelMode::Concurrency(4),
+            Duration::from_millis(200),
+            Duration::from_millis(800),
+            1,
+            CancellationFlag::new(),
+            &opts,
+        )
+        .await;
+        let c = &rec.classes[0];
+        assert!(c.requests() >= 8, "{}", c.requests());
+        let want = if all_good { c.requests() } else { 0 };
+        assert_eq!(c.goodput, want, "TTFT threshold {threshold_s} s");
+    }
+}

@@ -10,7 +10,7 @@ use crate::arrivals::{ArrivalProcess, LevelMode};
 use crate::client::{CancellationFlag, Target};
 use crate::prompt::ClassPlan;
 use crate::recorder::{ClassRecording, LevelRecording};
-use crate::runner::{LevelCheck, RunOptions, run_level_with};
+use crate::runner::{GoodputSlo, LevelCheck, RunOptions, run_level_with};
 use headroom_core::run::{
     LevelResult, LoadMode, ObjectiveResult, PhaseResult, RESULTS_SCHEMA_VERSION, RunResult,
     RunStatus, ServerView, TokenCounts,
@@ -171,7 +171,7 @@ impl Sweep<'_> {
             });
             while let Some(load) = search.next_level() {
                 if self.cancel.is_cancelled() {
-                    stop_reason = Some("interrupted (Ctrl-C)".into());
+                    stop_reason = Some("interrupted (Ctrl-C or SIGTERM)".into());
                     break 'phases;
                 }
                 let lag0 = self.clock_lag.map(|f| f());
@@ -236,7 +236,7 @@ impl Sweep<'_> {
                     break 'phases;
                 }
                 if interrupted {
-                    stop_reason = Some("interrupted (Ctrl-C)".into());
+                    stop_reason = Some("interrupted (Ctrl-C or SIGTERM)".into());
                     break 'phases;
                 }
                 if let Some(why) = dead.or(aborted) {
@@ -342,6 +342,11 @@ impl Sweep<'_> {
             drain_max: s.drain_max,
             measure_max: s.measure_max.max(s.measure),
             check: Some(check),
+            goodput: phase
+                .plans
+                .iter()
+                .map(|p| GoodputSlo::from_objectives(&self.slo.spec_for(&p.name).objectives))
+                .collect(),
             ..RunOptions::default()
         };
         let seed = s.seed ^ (u64::from(level_index) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
