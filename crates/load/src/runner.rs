@@ -730,7 +730,7 @@ pub async fn run_level_with(
         "full".to_string()
     } else if out.window_s + 0.5 < measure.as_secs_f64() {
         format!(
-            "early stop after {:.1} s: a breach was already certain",
+            "early stop after {:.1} s: a breach was certain on the requests finished by then (the verdict uses every request of the window, drained ones included)",
             out.window_s
         )
     } else if out.window_s > measure.as_secs_f64() + 0.5 {

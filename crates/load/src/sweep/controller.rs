@@ -668,6 +668,53 @@ fn queue_bound_by_ttft(
     })
 }
 
+/// Send lag above which a level is flagged: 2 % of the tightest TTFT or E2E threshold among the
+/// phase's classes (the latencies a late send adds to), at least 1 ms. A 3 ms lag against a
+/// 250 ms TTFT objective distorts nothing worth a warning; against a 20 ms one it does.
+fn send_lag_limit_s(slo: &SloFile, phase: &Phase) -> f64 {
+    phase
+        .plans
+        .iter()
+        .flat_map(|p| slo.spec_for(&p.name).objectives)
+        .filter_map(|o| match o {
+            Objective::Latency {
+                signal: LatencySignal::Ttft | LatencySignal::E2e,
+                threshold_s,
+                ..
+            } => Some(threshold_s),
+            _ => None,
+        })
+        .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.min(t))))
+        .map_or(0.001, |t| (0.02 * t).max(0.001))
+}
+
+/// The objectives the engine's metrics judge for a whole mix: `spec` without the server-only
+/// objectives (queue time) that every class already judged from the client's side (per-request
+/// queue times, or bounded by its TTFT: a `{class}/{id}` row in `client_rows`). The engine's
+/// histogram holds the requests that *finished* in the window, many of them queued behind the
+/// warm-up's first burst: as an engine-wide verdict it failed levels whose every class passed
+/// on window evidence.
+fn mix_engine_spec(
+    spec: &SloSpec,
+    plans: &[ClassPlan],
+    client_rows: &[ObjectiveResult],
+) -> SloSpec {
+    let judged_by_every_class = |o: &Objective| {
+        plans.iter().all(|p| {
+            let id = format!("{}/{}", p.name, o.id());
+            client_rows.iter().any(|r| r.id == id)
+        })
+    };
+    SloSpec {
+        objectives: spec
+            .objectives
+            .iter()
+            .filter(|o| !is_server_only(o) || !judged_by_every_class(o))
+            .cloned()
+            .collect(),
+    }
+}
+
 /// Samples an objective needs before its percentile is an observation (`ttft_p95` → 20); error
 /// objectives need one finished request.
 struct JudgeInput<'a> {
@@ -691,7 +738,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
     let mut objectives = client_objectives(j.slo, j.phase, rec, true);
     let health = rec.client_health();
     let totals = client_totals(rec);
-    let mut warnings = rec.client_warnings(0.001, 0.8);
+    let mut warnings = rec.client_warnings(send_lag_limit_s(j.slo, j.phase), 0.8);
     let mut server: Option<ServerView> = None;
     let build = |engine: &[Scrape], dcgm: &[Scrape]| {
         Window::from_scrapes(engine, dcgm, &WindowOptions::default())
@@ -741,18 +788,8 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
                 workload_drift: drift(&total.tokens),
                 ignore_eos_share: Some(ignore_eos_share(&j.phase.plans)),
             };
-            // With per-request queue times for every class, the mix needs no histogram verdict.
-            let per_request_all = rec.classes.iter().all(|c| !c.queue_time.is_empty());
-            let spec = if mix && per_request_all {
-                SloSpec {
-                    objectives: j
-                        .spec
-                        .objectives
-                        .iter()
-                        .filter(|o| !is_server_only(o))
-                        .cloned()
-                        .collect(),
-                }
+            let spec = if mix {
+                mix_engine_spec(j.spec, &j.phase.plans, &objectives)
             } else {
                 j.spec.clone()
             };
@@ -1129,6 +1166,85 @@ fn group_warnings<'a>(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::group_warnings;
+
+    /// The send-lag warning scales with the tightest TTFT/E2E objective: 2 %, at least 1 ms.
+    #[test]
+    fn the_send_lag_limit_follows_the_objectives() {
+        use super::*;
+        let text = "load: {mode: rate}\nclasses:\n  - {name: a, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n  - {name: b, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n";
+        let w = crate::workload::Workload::parse(
+            text,
+            std::path::Path::new("w.yaml"),
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let phase = Phase {
+            name: "mix".into(),
+            plans: ClassPlan::from_workload(&w, None).unwrap(),
+        };
+        let limit = |yaml: &str| {
+            let slo = SloFile::parse(yaml, std::path::Path::new("slo.yaml")).unwrap();
+            send_lag_limit_s(&slo, &phase)
+        };
+        let l = limit(
+            "objectives:\n  a: {ttft: {p95: 250ms}, itl: {p95: 5ms}}\n  b: {e2e: {p99: 20s}}\n",
+        );
+        assert!((l - 0.005).abs() < 1e-12, "{l}");
+        let l = limit("objectives:\n  a: {ttft: {p95: 30ms}}\n");
+        assert!((l - 0.001).abs() < 1e-12, "{l}");
+        let l = limit("objectives:\n  a: {itl: {p95: 50ms}}\n");
+        assert!((l - 0.001).abs() < 1e-12, "{l}");
+    }
+
+    /// The engine-wide queue objective of a mix is left to the classes when each judged it
+    /// client-side, and kept when one did not.
+    #[test]
+    fn the_mix_leaves_queue_time_to_classes_that_judged_it() {
+        use super::*;
+        let text = "load: {mode: concurrency}\nclasses:\n  - {name: a, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n  - {name: b, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n";
+        let w = crate::workload::Workload::parse(
+            text,
+            std::path::Path::new("w.yaml"),
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let plans = ClassPlan::from_workload(&w, None).unwrap();
+        let queue = Objective::Latency {
+            signal: LatencySignal::QueueTime,
+            percentile: 95.0,
+            threshold_s: 0.3,
+        };
+        let ttft = Objective::Latency {
+            signal: LatencySignal::Ttft,
+            percentile: 95.0,
+            threshold_s: 0.25,
+        };
+        let spec = SloSpec {
+            objectives: vec![ttft.clone(), queue.clone()],
+        };
+        let row = |id: &str, v: Verdict| ObjectiveResult {
+            id: id.into(),
+            description: String::new(),
+            threshold: 0.3,
+            observed: None,
+            verdict: v,
+            samples: 20,
+            reason: String::new(),
+        };
+        let both = [
+            row("a/queue_time_p95", Verdict::Pass),
+            row("b/queue_time_p95", Verdict::Inconclusive),
+        ];
+        assert_eq!(
+            mix_engine_spec(&spec, &plans, &both).objectives,
+            vec![ttft.clone()]
+        );
+        let one = [row("a/queue_time_p95", Verdict::Pass)];
+        assert_eq!(
+            mix_engine_spec(&spec, &plans, &one).objectives,
+            vec![ttft, queue]
+        );
+    }
     use headroom_core::Verdict;
     use headroom_core::run::{LevelResult, ObjectiveResult};
 

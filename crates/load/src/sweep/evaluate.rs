@@ -93,6 +93,29 @@ pub fn evaluate(
                 r
             }
             Objective::Latency {
+                signal: LatencySignal::Itl,
+                percentile,
+                threshold_s,
+            } => {
+                // The gaps of one request share its batches' step times: they are not
+                // independent samples. The 95 % interval counts requests (those with a first
+                // token: the ones that have gaps), not gaps, so thousands of gaps from a few
+                // dozen requests do not make a borderline share "certain".
+                let requests = client
+                    .latency
+                    .get(&LatencySignal::Ttft)
+                    .map(Histogram::len);
+                latency_with_units(
+                    o,
+                    client.latency.get(&LatencySignal::Itl),
+                    *percentile,
+                    *threshold_s,
+                    final_window,
+                    "client",
+                    requests,
+                )
+            }
+            Objective::Latency {
                 signal,
                 percentile,
                 threshold_s,
@@ -145,6 +168,22 @@ fn latency(
     final_window: bool,
     source: &str,
 ) -> ObjectiveResult {
+    latency_with_units(o, h, pct, thr_s, final_window, source, None)
+}
+
+/// [`latency`], with the observations drawn from `units` independent units (requests) when
+/// fewer than the observations: the 95 % interval is then computed for `units` samples with the
+/// observed share above the threshold (a cluster's observations count once), while the point
+/// estimate and the minimum sample count still use every observation.
+fn latency_with_units(
+    o: &Objective,
+    h: Option<&Histogram<u64>>,
+    pct: f64,
+    thr_s: f64,
+    final_window: bool,
+    source: &str,
+    units: Option<u64>,
+) -> ObjectiveResult {
     let n = h.map_or(0, |h| h.len());
     let Some(h) = h.filter(|_| n > 0) else {
         return ObjectiveResult::new(
@@ -163,8 +202,15 @@ fn latency(
     let allowed = 1.0 - pct / 100.0;
     let observed = h.value_at_quantile(pct / 100.0) as f64 / 1e9;
     let need = min_samples_for_percentile(pct);
-    let share = format!("{bad} of {n} above the threshold ({source})");
-    match decide(bad, n, allowed) {
+    let mut share = format!("{bad} of {n} above the threshold ({source})");
+    let (bad_eff, n_eff) = match units {
+        Some(u) if u > 0 && u < n => {
+            share = format!("{share}; 95 % interval over the {u} requests they came from");
+            (((bad as f64) * (u as f64) / (n as f64)).round() as u64, u)
+        }
+        _ => (bad, n),
+    };
+    match decide(bad_eff, n_eff, allowed) {
         Decision::BreachCertain => ObjectiveResult::new(
             o,
             thr_s,
@@ -271,6 +317,50 @@ mod tests {
             ttft_censored: None,
         };
         evaluate(&[o], &c, final_window).remove(0)
+    }
+
+    /// ITL gaps from a few requests are not thousands of independent samples: 150 of 2,000
+    /// gaps above the threshold (7.5 % against 5 %) is a certain breach for 2,000 samples, but
+    /// from 25 requests the interval (2 of 25) straddles the target, so an early check does not
+    /// call it certain; the final verdict falls to the point estimate.
+    #[test]
+    fn itl_certainty_counts_requests_not_gaps() {
+        let itl = |requests: Option<u64>, final_window: bool| {
+            let mut values = vec![20u64; 1850];
+            values.extend([80u64; 150]);
+            let mut lat = BTreeMap::new();
+            lat.insert(LatencySignal::Itl, hist(&values));
+            if let Some(k) = requests {
+                lat.insert(LatencySignal::Ttft, hist(&vec![100u64; k as usize]));
+            }
+            let out = BTreeMap::new();
+            let c = ClientEvidence {
+                latency: &lat,
+                outcomes: &out,
+                ttft_censored: None,
+            };
+            let o = Objective::Latency {
+                signal: LatencySignal::Itl,
+                percentile: 95.0,
+                threshold_s: 0.05,
+            };
+            evaluate(&[o], &c, final_window).remove(0)
+        };
+        let r = itl(Some(25), false);
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.reason);
+        assert!(r.reason.contains("over the 25 requests"), "{}", r.reason);
+        let r = itl(Some(25), true);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.reason);
+        assert!(
+            r.reason.contains("decided by the point estimate"),
+            "{}",
+            r.reason
+        );
+        assert_eq!(r.samples, 2000);
+        // From 1,000 requests the same share is certain.
+        let r = itl(Some(1000), false);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.reason);
+        assert!(r.reason.contains("breach certain"), "{}", r.reason);
     }
 
     fn eval_ttft_censored(values_ms: &[u64], censored_ms: &[u64], thr_s: f64) -> ObjectiveResult {

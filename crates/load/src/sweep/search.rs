@@ -3,7 +3,11 @@
 //!
 //! Pure state machine, no I/O, so the search is tested on targets with known capacity. A level that
 //! is INCONCLUSIVE never counts as a pass (a capacity claim needs a pass); while bracketing it does
-//! not stop the climb, while bisecting it is treated as a failure (the conservative side).
+//! not stop the climb, while bisecting it bounds the bisection as a failure would (the
+//! conservative side) but is not reported as the first failure. Below every failure with no pass
+//! yet, an INCONCLUSIVE level ends the search: a lower load only gives fewer samples per window
+//! (the mixed example once walked from 16 down to 1 through undecided levels and then reported
+//! "the lowest level tried (1) already fails").
 
 use headroom_core::Verdict;
 
@@ -36,8 +40,13 @@ pub struct Search {
     tried: Vec<(f64, Verdict)>,
     /// Highest passing level so far.
     best_pass: Option<f64>,
-    /// Lowest non-passing level seen after a pass boundary (or at all).
+    /// Lowest failing level (FAIL only).
     lowest_fail: Option<f64>,
+    /// Lowest level that did not pass once bracketing ended (FAIL, or INCONCLUSIVE while
+    /// bisecting): the bisection's upper bound.
+    lowest_bad: Option<f64>,
+    /// An INCONCLUSIVE level while bisecting with no pass below it: the search stops.
+    stalled: Option<f64>,
     bracketing: bool,
     /// Why the search ended, once it has.
     pub note: String,
@@ -51,6 +60,8 @@ impl Search {
             tried: Vec::new(),
             best_pass: None,
             lowest_fail: None,
+            lowest_bad: None,
+            stalled: None,
             bracketing: true,
             note: String::new(),
         }
@@ -66,7 +77,7 @@ impl Search {
         self.best_pass
     }
 
-    /// Lowest level that did not pass, above the capacity.
+    /// Lowest level that failed (an INCONCLUSIVE level is not a failure).
     pub fn first_fail(&self) -> Option<f64> {
         self.lowest_fail
     }
@@ -84,11 +95,19 @@ impl Search {
                 if self.lowest_fail.is_none_or(|f| load < f) {
                     self.lowest_fail = Some(load);
                 }
+                if self.lowest_bad.is_none_or(|f| load < f) {
+                    self.lowest_bad = Some(load);
+                }
                 self.bracketing = false;
             }
             Verdict::Inconclusive => {
-                if !self.bracketing && self.lowest_fail.is_none_or(|f| load < f) {
-                    self.lowest_fail = Some(load);
+                if !self.bracketing {
+                    if self.lowest_bad.is_none_or(|f| load < f) {
+                        self.lowest_bad = Some(load);
+                    }
+                    if self.best_pass.is_none_or(|p| p >= load) {
+                        self.stalled = Some(load);
+                    }
                 }
             }
         }
@@ -138,15 +157,28 @@ impl Search {
                     }
                     return Some(next);
                 }
-                let hi = self.lowest_fail.unwrap_or(last);
+                if let (Some(u), None) = (self.stalled, self.best_pass) {
+                    let fail = self
+                        .lowest_fail
+                        .map_or(String::new(), |f| format!(" and {f} failed"));
+                    self.note = format!(
+                        "no level passed: {u} was undecided{fail}; a lower load gives fewer samples per window, so a longer --measure is what decides it"
+                    );
+                    return None;
+                }
+                let hi = self.lowest_bad.unwrap_or(last);
                 let lo = self.best_pass.filter(|p| *p < hi).unwrap_or(0.0);
                 let step = min_step.max(resolution * lo);
                 if hi - lo <= step + 1e-9 {
+                    let upper = match self.lowest_fail {
+                        Some(f) if f > hi => format!("{hi} (undecided; {f} fails)"),
+                        _ => format!("{hi} (fail)"),
+                    };
                     self.note = if lo == 0.0 {
                         format!("the lowest level tried ({hi}) already fails")
                     } else {
                         format!(
-                            "bracketed between {lo} (pass) and {hi} (fail) at resolution {}",
+                            "bracketed between {lo} (pass) and {upper} at resolution {}",
                             fmt_res(resolution, min_step)
                         )
                     };
@@ -256,7 +288,36 @@ mod tests {
         s.record(3.0, Verdict::Inconclusive);
         assert_eq!(s.next_level(), None);
         assert_eq!(s.capacity(), Some(2.0));
-        assert_eq!(s.first_fail(), Some(3.0));
+        // 3 bounds the bisection but is no failure: 4 is the first.
+        assert_eq!(s.first_fail(), Some(4.0));
+        assert!(
+            s.note
+                .contains("between 2 (pass) and 3 (undecided; 4 fails)"),
+            "{}",
+            s.note
+        );
+    }
+
+    /// Failing from the first level, then undecided below: the search stops at the first
+    /// undecided level instead of walking down to 1, and reports the real failure.
+    #[test]
+    fn undecided_below_every_failure_ends_the_search() {
+        let mut s = Search::new(auto(64.0, 512.0));
+        assert_eq!(s.next_level(), Some(64.0));
+        s.record(64.0, Verdict::Fail);
+        assert_eq!(s.next_level(), Some(32.0));
+        s.record(32.0, Verdict::Fail);
+        assert_eq!(s.next_level(), Some(16.0));
+        s.record(16.0, Verdict::Inconclusive);
+        assert_eq!(s.next_level(), None);
+        assert_eq!(s.capacity(), None);
+        assert_eq!(s.first_fail(), Some(32.0));
+        assert!(
+            s.note
+                .starts_with("no level passed: 16 was undecided and 32 failed"),
+            "{}",
+            s.note
+        );
     }
 
     #[test]
