@@ -15,6 +15,7 @@
 
 pub mod facts;
 pub mod rules;
+pub mod setting;
 mod steps;
 
 use headroom_core::run::{ClientHealth, ObjectiveResult};
@@ -26,6 +27,7 @@ use serde::Serialize;
 
 pub use facts::Facts;
 pub use rules::{Category, RULES, Rule};
+pub use setting::{Origin, PrefixPlan, Setting};
 
 /// What the load generator saw over the same window (sweep levels only).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -50,7 +52,9 @@ pub struct ClientView {
 /// One figure of a step, with its source metric.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Figure {
-    /// Name with unit suffix (`queue_time_mean_s`, `prefix_cache_hit_ratio`).
+    /// Name with unit suffix (`queue_time_mean_s`, `prefix_cache_hit_ratio`). One name predates
+    /// the suffix rule and is kept for the tools that read it: [`GENERATED_OVER_MAX_TOKENS`], a
+    /// ratio, not a count.
     pub name: String,
     /// Value.
     pub value: f64,
@@ -118,6 +122,14 @@ impl Assessment {
     }
 }
 
+/// Name of step 3's figure and of the `truncation` finding's evidence: mean generated tokens /
+/// mean `max_tokens` per finished request (`vllm:request_generation_tokens` over
+/// `vllm:request_params_max_tokens`, both histogram means). A ratio (unit `ratio`, 0–1, shown as
+/// a percentage), not a count of tokens: 1 means the answers run to their cap, 0.5 that the mean
+/// answer stops halfway. The JSON name stays as it is (other tools read it); the unit is in the
+/// figure's `unit` and the text label in its `source`.
+pub const GENERATED_OVER_MAX_TOKENS: &str = "generated_over_max_tokens";
+
 /// How a quantile figure or objective reading that is only an upper bound starts (a step
 /// [`Figure::source`], an objective's `reason` after `server-side (…), <verdict word>: `): the
 /// rank fell into the histogram's first bucket `[0, le₀]`
@@ -130,13 +142,27 @@ pub const UPPER_BOUND_ONLY: &str = "upper bound only: ≤";
 /// rejected, no figure uses <metric>`.
 pub const DATA_WARNING_PREFIX: &str = "data warning: ";
 
-/// Judges one window against `slo`, with the client's view when there is one.
+/// Judges one window against `slo`, with the client's view when there is one; the same as
+/// [`assess_with`] with [`Setting::default()`] (origin unspecified, workload unknown).
+pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> Assessment {
+    assess_with(window, client, slo, &Setting::default())
+}
+
+/// Judges one window against `slo`, with the client's view when there is one, and what the
+/// caller knows of the window's origin and workload (`setting`): hints about missing data name
+/// what works for that origin, and a low prefix-cache hit ratio is no finding on a workload that
+/// shares no prefix ([`PrefixPlan::nothing_shared`]).
 ///
 /// Corrupt data never becomes a figure here: signals the window rejected
 /// ([`Window::rejected`]) are reported in `notes` (prefixed [`DATA_WARNING_PREFIX`]), an
 /// objective read from one is INCONCLUSIVE with the reason, and a decision-table row that reads
 /// one is not evaluated (a note says so).
-pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> Assessment {
+pub fn assess_with(
+    window: &Window,
+    client: Option<&ClientView>,
+    slo: &SloSpec,
+    setting: &Setting,
+) -> Assessment {
     let facts = Facts::of(window);
     let mut notes = Vec::new();
     if let Some(v) = &window.version_hint {
@@ -218,6 +244,7 @@ pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> As
             slo_has_queue_objective,
             workload_drift: client.and_then(|c| c.workload_drift.as_deref()),
             ignore_eos_share: client.and_then(|c| c.ignore_eos_share),
+            prefixes: setting.prefixes,
             fired: &fired,
         };
         if let Some(m) = (rule.check)(&ctx) {
@@ -246,7 +273,7 @@ pub fn assess(window: &Window, client: Option<&ClientView>, slo: &SloSpec) -> As
         verdict,
         refused,
         objectives,
-        steps: steps::six_steps(window, &facts),
+        steps: steps::six_steps(window, &facts, setting),
         findings,
         notes,
     }

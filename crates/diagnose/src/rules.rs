@@ -58,6 +58,9 @@ pub struct Context<'a> {
     /// Share of requests the client sent with `ignore_eos` (see
     /// [`crate::ClientView::ignore_eos_share`]); `None` when unknown.
     pub ignore_eos_share: Option<f64>,
+    /// What the workload spec says about shared prefixes ([`crate::Setting::prefixes`]);
+    /// `None` when the workload is unknown.
+    pub prefixes: Option<crate::PrefixPlan>,
     /// Ids of rows that already fired (rows are evaluated in table order).
     pub fired: &'a [&'static str],
 }
@@ -379,9 +382,9 @@ pub const RULES: &[Rule] = &[
         id: "low_prefix_reuse",
         title: "Low prefix reuse: the prefix cache finds little to share",
         category: Category::Workload,
-        condition: "≥ 1000 prefix-cache query tokens and hit ratio < 10 %",
-        bottleneck: "prompts do not share prefixes (or shared parts are not at the start / not byte-identical)",
-        action: "put shared system prompts and documents first and keep them byte-identical; route same-prefix traffic to the same replica",
+        condition: "≥ 1000 prefix-cache query tokens and hit ratio < 10 %; when the workload spec is known, not if it shares nothing (no class sets shared_prefix_tokens or draws dataset prompts) or its shared prefixes are < 10 % of the mean prompt (the ratio is then low by design); when it is unknown (a live server, scrape files, Prometheus), the finding assumes the traffic shares prefixes",
+        bottleneck: "prompts do not share prefixes, or shared parts do not reach the cache as shared: not at the start or not byte-identical, prefix caching off, or cached blocks evicted before reuse",
+        action: "put shared system prompts and documents first and keep them byte-identical; check that the server runs with --enable-prefix-caching (vLLM V1's default); route same-prefix traffic to the same replica",
         trade_off: "none on the server; prompt layout changes in the application",
         watch: &[
             "vllm:prefix_cache_hits_total",
@@ -1046,13 +1049,13 @@ fn truncation(c: &Context<'_>) -> Option<Match> {
                 format!("mean; mean max_tokens {m}"),
             ));
             evidence.push(judged(
-                "generated_over_max_tokens",
+                crate::GENERATED_OVER_MAX_TOKENS,
                 g / m,
                 "ratio",
                 Cmp::AtLeast(0.95),
                 "answers run to the cap",
                 "the mean answer stops below the cap",
-                "mean generated / mean max_tokens",
+                "generated/max_tokens ratio (not a count): mean generated tokens / mean max_tokens",
             ));
             g / m >= 0.95
         }
@@ -1088,28 +1091,98 @@ fn low_prefix_reuse(c: &Context<'_>) -> Option<Match> {
     if q < 1000.0 || r >= 0.1 {
         return None;
     }
+    let queries = judged(
+        "vllm:prefix_cache_queries_total",
+        q,
+        "tokens",
+        Cmp::AtLeast(1000.0),
+        "enough queries to judge the ratio",
+        "too few queries to judge the ratio",
+        "increase over the window",
+    );
+    let ratio = |rest: &str| {
+        judged(
+            "prefix_cache_hit_ratio",
+            r,
+            "ratio",
+            Cmp::AtMost(0.1),
+            "little is shared",
+            "prefixes are shared",
+            format!("Δhits / Δqueries over the window{rest}"),
+        )
+    };
+    let Some(plan) = c.prefixes else {
+        // A live server, scrape files, a Prometheus range: what the traffic shares is unknown.
+        return Some(Match {
+            confidence: Confidence::Low,
+            evidence: vec![
+                ratio(
+                    "; the workload is unknown here, so this assumes the traffic shares prefixes (traffic without shared prefixes reads near 0 by design)",
+                ),
+                queries,
+            ],
+        });
+    };
+    // The spec sets no shared prefix and no prompt comes from a dataset: the cache has nothing
+    // to reuse, and a ratio near 0 is the workload, not the server (step 2 remarks on it).
+    if plan.nothing_shared() {
+        return None;
+    }
+    if plan.shared_share <= 0.0 {
+        return Some(Match {
+            confidence: Confidence::Low,
+            evidence: vec![
+                ratio(""),
+                queries,
+                ev(
+                    "workload_dataset_share",
+                    plan.dataset_share,
+                    "ratio",
+                    "of the requests (by mix weight) take their prompts from a dataset and no class sets shared_prefix_tokens: this assumes the dataset's prompts share prefixes",
+                ),
+            ],
+        });
+    }
+    let mut evidence = vec![
+        ratio(""),
+        queries,
+        ev(
+            "workload_shared_prefix_share",
+            plan.shared_share,
+            "ratio",
+            "of the requests (by mix weight) start with a shared prefix the workload sets (shared_prefix_tokens): after a class's first request, its prefix should be found in the cache",
+        ),
+    ];
+    // The most the configured prefixes can lift the ratio: their share of the prompt tokens.
+    // Below the row's own 0.1, a ratio under 0.1 is the workload's by design, as above.
+    let ceiling = f
+        .prompt_len_mean
+        .filter(|p| p.is_finite() && *p > 0.0)
+        .map(|p| ((plan.shared_tokens_mean / p).min(1.0), p));
+    if let Some((share, p)) = ceiling {
+        if share < 0.1 {
+            return None;
+        }
+        evidence.push(judged(
+            "workload_shared_prefix_over_prompt",
+            share,
+            "ratio",
+            Cmp::AtLeast(0.1),
+            "the shared prefixes could lift the hit ratio past 0.1",
+            "the shared prefixes cannot lift the hit ratio past 0.1",
+            format!(
+                "mean shared_prefix_tokens {:.1} (workload spec) / mean prompt {p:.1} tokens (vllm:request_prompt_tokens): the ratio a warm cache would approach",
+                plan.shared_tokens_mean
+            ),
+        ));
+    }
     Some(Match {
-        confidence: Confidence::Low,
-        evidence: vec![
-            judged(
-                "prefix_cache_hit_ratio",
-                r,
-                "ratio",
-                Cmp::AtMost(0.1),
-                "little is shared",
-                "prefixes are shared",
-                "Δhits / Δqueries over the window",
-            ),
-            judged(
-                "vllm:prefix_cache_queries_total",
-                q,
-                "tokens",
-                Cmp::AtLeast(1000.0),
-                "enough queries to judge the ratio",
-                "too few queries to judge the ratio",
-                "increase over the window",
-            ),
-        ],
+        confidence: if ceiling.is_some() {
+            Confidence::Medium
+        } else {
+            Confidence::Low
+        },
+        evidence,
     })
 }
 
@@ -1348,6 +1421,7 @@ mod tests {
             slo_has_queue_objective: false,
             workload_drift: None,
             ignore_eos_share: None,
+            prefixes: None,
             fired: &[],
         }
     }

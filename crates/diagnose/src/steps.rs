@@ -4,6 +4,7 @@
 use headroom_signals::{Signal, Window};
 
 use crate::facts::Facts;
+use crate::setting::Setting;
 use crate::{Figure, Step};
 
 struct StepBuilder {
@@ -73,7 +74,7 @@ fn quantiles(b: &mut StepBuilder, w: &Window, sig: Signal, name: &str) {
     }
 }
 
-pub(crate) fn six_steps(w: &Window, f: &Facts) -> Vec<Step> {
+pub(crate) fn six_steps(w: &Window, f: &Facts, setting: &Setting) -> Vec<Step> {
     let mut out = Vec::with_capacity(6);
 
     // 1. Where latency goes.
@@ -215,6 +216,9 @@ pub(crate) fn six_steps(w: &Window, f: &Facts) -> Vec<Step> {
         "ratio",
         "preemptions / finished requests",
     );
+    if f.prefix_hit_ratio.is_some() && setting.prefixes.is_some_and(|p| p.nothing_shared()) {
+        b.remark("the workload spec sets no shared prefix (no class has shared_prefix_tokens or dataset prompts): the prefix cache has nothing to reuse by design, so its hit ratio is no finding here");
+    }
     if f.gauge_samples < 2 {
         b.remark(format!(
             "gauges (running, waiting, KV usage) were sampled {} time(s): they show the moment of the scrape, not the window",
@@ -253,13 +257,17 @@ pub(crate) fn six_steps(w: &Window, f: &Facts) -> Vec<Step> {
         src(w, Signal::MaxTokensParam),
     );
     b.fig(
-        "generated_over_max_tokens",
+        crate::GENERATED_OVER_MAX_TOKENS,
         match (f.gen_len_mean, f.max_tokens_mean) {
             (Some(g), Some(m)) if m > 0.0 => Some(g / m),
             _ => None,
         },
         "ratio",
-        "mean generated / mean max_tokens",
+        format!(
+            "generated/max_tokens ratio (not a count): mean {} / mean {}; 1 (100 %) = answers run to the cap",
+            src(w, Signal::GenerationLength),
+            src(w, Signal::MaxTokensParam)
+        ),
     );
     b.fig(
         "prompt_tokens",
@@ -389,7 +397,7 @@ pub(crate) fn six_steps(w: &Window, f: &Facts) -> Vec<Step> {
         _ => {}
     }
     if w.gpus.is_empty() {
-        b.remark("no dcgm-exporter data (pass --dcgm URL)");
+        b.remark(setting.origin.gpu_telemetry_hint(setting.dcgm_scraped));
     }
     for x in f.gpu_xids.iter().chain(&f.gpu_throttle) {
         b.remark(x.clone());

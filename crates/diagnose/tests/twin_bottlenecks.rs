@@ -594,3 +594,103 @@ fn queueing_behind_a_failing_itl_calls_for_replicas_not_a_larger_batch() {
         waiting.note
     );
 }
+
+/// `low_prefix_reuse` on the twin's own prefix cache, judged as `diagnose --from RUN_DIR` judges
+/// a level whose workload.yaml it has read: distinct prompts (no class sets a shared prefix) are
+/// no finding, whatever the hit ratio; a 200-token shared system prompt that the cache never
+/// finds (prefix caching off) is one; the same prompt with the cache on hits, so nothing fires.
+/// Without the workload the finding stays and says what it assumes.
+#[test]
+fn low_prefix_reuse_follows_the_workloads_shared_prefix() {
+    use headroom_diagnose::{Origin, PrefixPlan, Setting, assess_with};
+    let known = |prefixes: PrefixPlan| Setting {
+        origin: Origin::RunDir,
+        dcgm_scraped: true,
+        prefixes: Some(prefixes),
+    };
+    let hit_ratio = |e: &Engine| {
+        let st = e.stats();
+        (
+            st.prefix_cache_hits as f64 / st.prefix_cache_queries as f64,
+            st.prefix_cache_queries,
+        )
+    };
+
+    // 100 distinct 200-token prompts, 4 clients, caching on: nothing in common to hit.
+    let mut e = engine(|_| {});
+    let s = drive(
+        &mut e,
+        4,
+        (0..100).map(|i| req(200, 50, i)).collect(),
+        60.0,
+        5.0,
+    );
+    let (w, a) = judge("distinct prompts", &s, &slo(0.1));
+    let (ratio, queries) = hit_ratio(&e);
+    assert!(ratio < 0.1 && queries >= 1000, "{ratio} of {queries}");
+    let f = a.finding("low_prefix_reuse").expect("workload unknown");
+    let r = f
+        .finding
+        .evidence
+        .iter()
+        .find(|e| e.metric == "prefix_cache_hit_ratio")
+        .unwrap();
+    assert!((r.value - ratio).abs() < 1e-12, "{} vs {ratio}", r.value);
+    assert!(r.note.contains("assumes the traffic shares prefixes"));
+    let a = assess_with(&w, None, &slo(0.1), &known(PrefixPlan::default()));
+    advice::assert_consistent("distinct prompts, workload known", &a);
+    assert!(
+        a.finding("low_prefix_reuse").is_none(),
+        "{:?}",
+        a.finding_ids()
+    );
+
+    // The claims assistant (200 shared tokens + 50 of its own), prefix caching off: the cache
+    // is queried for every prompt token and finds nothing.
+    let claims = PrefixPlan {
+        shared_share: 1.0,
+        shared_tokens_mean: 200.0,
+        dataset_share: 0.0,
+    };
+    let mut e = engine(|s| s.enable_prefix_caching = false);
+    let s = drive(
+        &mut e,
+        4,
+        (0..60).map(claims_assistant).collect(),
+        60.0,
+        5.0,
+    );
+    let (w, _) = judge("shared prefix, caching off", &s, &slo(0.1));
+    let (ratio, queries) = hit_ratio(&e);
+    assert!(ratio < 0.1 && queries >= 1000, "{ratio} of {queries}");
+    let a = assess_with(&w, None, &slo(0.1), &known(claims));
+    advice::assert_consistent("shared prefix, caching off", &a);
+    let f = a
+        .finding("low_prefix_reuse")
+        .expect("shared prefix never hit");
+    assert_eq!(f.finding.confidence, headroom_core::Confidence::Medium);
+    let c = f
+        .finding
+        .evidence
+        .iter()
+        .find(|e| e.metric == "workload_shared_prefix_over_prompt")
+        .unwrap();
+    // every prompt the twin saw is 250 tokens: 200 / 250
+    assert!((c.value - 0.8).abs() < 1e-12, "{}", c.value);
+
+    // The same workload with caching on: the shared blocks hit after the first request.
+    let mut e = engine(|_| {});
+    let s = drive(
+        &mut e,
+        4,
+        (0..60).map(claims_assistant).collect(),
+        60.0,
+        5.0,
+    );
+    let (w, a) = judge("shared prefix, caching on", &s, &slo(0.1));
+    let (ratio, _) = hit_ratio(&e);
+    assert!(ratio >= 0.5, "{ratio}");
+    assert!(a.finding("low_prefix_reuse").is_none());
+    let a = assess_with(&w, None, &slo(0.1), &known(claims));
+    assert!(a.finding("low_prefix_reuse").is_none());
+}

@@ -299,3 +299,237 @@ fn a_single_scrape_makes_no_claim_about_the_running_batch() {
         .unwrap();
     assert!(!e.note.contains("running"), "{}", e.note);
 }
+
+/// The evidence of `low_prefix_reuse` in `a`, by metric.
+fn prefix_evidence<'a>(
+    a: &'a headroom_diagnose::Assessment,
+    metric: &str,
+) -> &'a headroom_core::verdict::Evidence {
+    a.finding("low_prefix_reuse")
+        .expect("low_prefix_reuse fired")
+        .finding
+        .evidence
+        .iter()
+        .find(|e| e.metric == metric)
+        .unwrap_or_else(|| panic!("no evidence {metric}"))
+}
+
+/// The KV-pressure burst queried the prefix cache for 13,824 tokens and hit none (fixture lines
+/// 75 and 81): 80 prompts of 13824 / 80 = 172.8 tokens each (lines 193–194). Whether that is a
+/// finding depends on what the workload shares, which only a caller that knows the workload can
+/// say (`diagnose --from RUN_DIR` reads the run's workload.yaml).
+#[test]
+fn low_prefix_reuse_depends_on_what_the_workload_shares() {
+    use headroom_core::Confidence;
+    use headroom_diagnose::{Origin, PrefixPlan, Setting, assess_with};
+    let w = window("vllm/v0.32-cpu-kv-pressure-24blocks.prom");
+    let prompt_mean = 13824.0 / 80.0;
+
+    // Workload unknown (a live server, scrape files): the finding stays, and says what it
+    // assumes.
+    let a = assess(&w, None, &slo());
+    advice::assert_consistent("prefix reuse, workload unknown", &a);
+    let f = a.finding("low_prefix_reuse").expect("unknown workload");
+    assert_eq!(f.finding.confidence, Confidence::Low);
+    let r = prefix_evidence(&a, "prefix_cache_hit_ratio");
+    assert_eq!(r.value, 0.0);
+    assert!(
+        r.note.contains("assumes the traffic shares prefixes"),
+        "{}",
+        r.note
+    );
+    assert_eq!(
+        prefix_evidence(&a, "vllm:prefix_cache_queries_total").value,
+        13824.0
+    );
+
+    let with = |prefixes: PrefixPlan| {
+        let s = Setting {
+            origin: Origin::RunDir,
+            dcgm_scraped: false,
+            prefixes: Some(prefixes),
+        };
+        assess_with(&w, None, &slo(), &s)
+    };
+
+    // No class sets a shared prefix and no prompt comes from a dataset: nothing to reuse, so no
+    // finding; step 2 says why the hit ratio is 0.
+    let a = with(PrefixPlan::default());
+    assert!(
+        a.finding("low_prefix_reuse").is_none(),
+        "{:?}",
+        a.finding_ids()
+    );
+    assert!(
+        a.steps[1]
+            .remarks
+            .iter()
+            .any(|r| r.contains("sets no shared prefix")),
+        "{:?}",
+        a.steps[1].remarks
+    );
+    // The other findings are untouched.
+    assert!(a.finding("kv_pressure").is_some());
+
+    // Every request starts with 100 shared tokens: 100 / 172.8 = 0.579 of the prompt could hit,
+    // and 0 did. The finding stays, with the workload's share and that ceiling.
+    let a = with(PrefixPlan {
+        shared_share: 1.0,
+        shared_tokens_mean: 100.0,
+        dataset_share: 0.0,
+    });
+    advice::assert_consistent("prefix reuse, shared prefixes", &a);
+    let f = a
+        .finding("low_prefix_reuse")
+        .expect("shared prefixes, no hits");
+    assert_eq!(f.finding.confidence, Confidence::Medium);
+    assert_eq!(
+        prefix_evidence(&a, "workload_shared_prefix_share").value,
+        1.0
+    );
+    let c = prefix_evidence(&a, "workload_shared_prefix_over_prompt");
+    assert!((c.value - 100.0 / prompt_mean).abs() < 1e-12, "{}", c.value);
+    assert!(c.note.starts_with("≥ 0.1: "), "{}", c.note);
+    assert!(
+        !prefix_evidence(&a, "prefix_cache_hit_ratio")
+            .note
+            .contains("assumes"),
+        "the workload is known"
+    );
+
+    // A quarter of the requests share 40 tokens: 10 tokens per request on average, 10 / 172.8 =
+    // 0.058 of the prompt. A ratio under 0.1 is all the workload offers: no finding.
+    let a = with(PrefixPlan {
+        shared_share: 0.25,
+        shared_tokens_mean: 10.0,
+        dataset_share: 0.0,
+    });
+    assert!(
+        a.finding("low_prefix_reuse").is_none(),
+        "{:?}",
+        a.finding_ids()
+    );
+
+    // Dataset prompts and no declared prefix: kept, saying what it assumes.
+    let a = with(PrefixPlan {
+        shared_share: 0.0,
+        shared_tokens_mean: 0.0,
+        dataset_share: 0.5,
+    });
+    advice::assert_consistent("prefix reuse, dataset prompts", &a);
+    let d = prefix_evidence(&a, "workload_dataset_share");
+    assert_eq!(d.value, 0.5);
+    assert!(
+        d.note
+            .contains("assumes the dataset's prompts share prefixes")
+    );
+}
+
+/// The GPU-telemetry hint of step 5 names what works where the window came from: a saved run
+/// cannot be scraped again, so it says to rerun the sweep, never "pass --dcgm".
+#[test]
+fn the_gpu_telemetry_hint_fits_the_origin() {
+    use headroom_diagnose::{Origin, Setting, assess_with};
+    let w = window("vllm/v0.32-cpu-queueing-maxseqs4.prom");
+    let hint = |origin: Origin, dcgm_scraped: bool| {
+        let s = Setting {
+            origin,
+            dcgm_scraped,
+            prefixes: None,
+        };
+        let a = assess_with(&w, None, &slo(), &s);
+        let step5 = &a.steps[4];
+        assert_eq!(step5.number, 5);
+        step5
+            .remarks
+            .iter()
+            .find(|r| r.contains("dcgm-exporter") || r.contains("DCGM"))
+            .unwrap_or_else(|| panic!("{origin:?}: no telemetry remark in {:?}", step5.remarks))
+            .clone()
+    };
+    let live = hint(Origin::Live, false);
+    assert!(
+        live.contains("add --dcgm URL") && live.contains("--url"),
+        "{live}"
+    );
+    let run = hint(Origin::RunDir, false);
+    assert!(
+        run.contains("rerun `headroom sweep` with --dcgm URL"),
+        "{run}"
+    );
+    assert!(run.contains("cannot scrape the past"), "{run}");
+    let files = hint(Origin::ScrapeFiles, false);
+    assert!(files.contains("--from FILE[@unix_s]"), "{files}");
+    assert!(!files.contains("--dcgm"), "{files}");
+    let prom = hint(Origin::Prometheus, false);
+    assert!(
+        prom.contains("have Prometheus scrape dcgm-exporter"),
+        "{prom}"
+    );
+    assert!(!prom.contains("--dcgm"), "{prom}");
+    let sweep = hint(Origin::Sweep, false);
+    assert!(sweep.contains("run the sweep with --dcgm URL"), "{sweep}");
+    // dcgm bodies were read and held no GPU: no flag is missing.
+    for o in [Origin::Live, Origin::RunDir, Origin::ScrapeFiles] {
+        let h = hint(o, true);
+        assert!(
+            h.contains("no GPU series") && !h.contains("--"),
+            "{o:?}: {h}"
+        );
+    }
+    // assess() does not know the origin: it names every way, none of them wrong.
+    let a = assess(&w, None, &slo());
+    let any = a.steps[4]
+        .remarks
+        .iter()
+        .find(|r| r.contains("dcgm-exporter"))
+        .unwrap();
+    assert!(
+        any.contains("`headroom sweep` or `headroom diagnose --url`"),
+        "{any}"
+    );
+    // No remark tells a reader to "pass" a flag without saying where.
+    for o in [
+        Origin::Unspecified,
+        Origin::Live,
+        Origin::Sweep,
+        Origin::RunDir,
+        Origin::ScrapeFiles,
+        Origin::Prometheus,
+    ] {
+        assert!(!hint(o, false).contains("pass --"), "{o:?}");
+    }
+}
+
+/// `generated_over_max_tokens` is a ratio: its unit says so and its source says it is not a
+/// count. All 16 requests of the queueing burst generated 128 tokens against max_tokens 128
+/// (request_generation_tokens sum 2048 / 16, request_params_max_tokens sum 2048 / 16).
+#[test]
+fn generated_over_max_tokens_is_labelled_a_ratio() {
+    let w = window("vllm/v0.32-cpu-queueing-maxseqs4.prom");
+    let a = assess(&w, None, &slo());
+    let f = a.steps[2]
+        .figures
+        .iter()
+        .find(|f| f.name == headroom_diagnose::GENERATED_OVER_MAX_TOKENS)
+        .expect("step 3 shows the figure");
+    assert_eq!(f.name, "generated_over_max_tokens", "the JSON name is kept");
+    assert_eq!(f.value, 1.0);
+    assert_eq!(f.unit, "ratio");
+    assert!(
+        f.source
+            .starts_with("generated/max_tokens ratio (not a count)"),
+        "{}",
+        f.source
+    );
+    let e = a
+        .finding("truncation")
+        .unwrap()
+        .finding
+        .evidence
+        .iter()
+        .find(|e| e.metric == "generated_over_max_tokens")
+        .unwrap();
+    assert_eq!((e.value, e.unit.as_str()), (1.0, "ratio"));
+    assert!(e.note.contains("generated/max_tokens ratio"), "{}", e.note);
+}

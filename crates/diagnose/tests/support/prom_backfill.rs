@@ -40,13 +40,19 @@ fn fixture(rel: &str) -> String {
 
 /// The OpenMetrics text: samples every [`EVERY_S`] s from `end − minutes` to `end` (Unix s).
 pub fn openmetrics(end_unix_s: i64, minutes: i64) -> String {
+    openmetrics_of(end_unix_s, minutes, true)
+}
+
+/// [`openmetrics`], with the dcgm-exporter series only when `with_dcgm`.
+fn openmetrics_of(end_unix_s: i64, minutes: i64, with_dcgm: bool) -> String {
     let n = minutes * 60 / EVERY_S; // samples 0..=n
     let start = end_unix_s - n * EVERY_S;
     let mut out = String::with_capacity(32 << 20);
-    for body in [
-        fixture("vllm/v0.32-cpu-queueing-maxseqs4.prom"),
-        fixture("dcgm/t4-loaded-no-help.prom"),
-    ] {
+    let mut bodies = vec![fixture("vllm/v0.32-cpu-queueing-maxseqs4.prom")];
+    if with_dcgm {
+        bodies.push(fixture("dcgm/t4-loaded-no-help.prom"));
+    }
+    for body in bodies {
         let exp = parse(&body).expect("fixture parses");
         for f in exp.data_families() {
             let grows = matches!(f.kind, MetricType::Counter | MetricType::Histogram);
@@ -139,6 +145,15 @@ fn http_get(port: u16, path: &str) -> Option<String> {
 /// Generates `minutes` of series ending a minute ago, backfills them with `promtool` and starts
 /// `prometheus` on loopback; waits (at most 60 s) until a query over the data answers.
 pub fn start(prometheus: &Path, promtool: &Path, minutes: i64) -> LocalProm {
+    start_with(prometheus, promtool, minutes, true)
+}
+
+/// [`start`] with the engine's series only: a Prometheus that never scraped dcgm-exporter.
+pub fn start_engine_only(prometheus: &Path, promtool: &Path, minutes: i64) -> LocalProm {
+    start_with(prometheus, promtool, minutes, false)
+}
+
+fn start_with(prometheus: &Path, promtool: &Path, minutes: i64, with_dcgm: bool) -> LocalProm {
     let t0 = Instant::now();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -147,7 +162,7 @@ pub fn start(prometheus: &Path, promtool: &Path, minutes: i64) -> LocalProm {
     let end = now - 60 - now % EVERY_S;
     let dir = tempfile::tempdir().expect("temp dir");
     let om = dir.path().join("series.om.txt");
-    std::fs::write(&om, openmetrics(end, minutes)).unwrap();
+    std::fs::write(&om, openmetrics_of(end, minutes, with_dcgm)).unwrap();
     let data = dir.path().join("data");
     let out = Command::new(promtool)
         .args(["tsdb", "create-blocks-from", "openmetrics"])
