@@ -47,8 +47,26 @@
 //! - `jsonl`: one JSON object per line, `{"prompt": "…"}` with an optional `"max_tokens": n`;
 //!   blank lines are skipped.
 //!
+//! **Load** (`load:`):
+//! - `mode: concurrency`, closed loop: each level keeps that many requests in flight (whole
+//!   numbers, 1 to 10⁶); a new request starts when one ends, so a slow server slows the load
+//!   down with it.
+//! - `mode: rate`, open loop: each level is an arrival rate in req/s (0.001 to 10⁶), sent on a
+//!   schedule that does not wait for the server. `arrival` (default `poisson`) spaces the
+//!   arrivals, mean gap `1 / rate` in every case: `constant` (every gap `1 / rate`), `poisson`
+//!   (exponential gaps, CV 1) or `{gamma: {burstiness: k}}` (gamma gaps of shape `k`, CV
+//!   `1 / √k`: `k = 1` is Poisson, `k < 1` burstier, `k > 1` more regular; the parameter of
+//!   vLLM's `vllm bench serve`, see [`crate::arrivals`]). `max_concurrency` (optional) caps
+//!   the requests in flight: an arrival that finds the cap reached waits, and its wait is send
+//!   lag. Latency counts from each request's intended send time, and the send lag (actual −
+//!   intended) is recorded (see [`crate::runner`]). `arrival` and `max_concurrency` are ignored
+//!   in concurrency mode.
+//! - `levels`: a list, run in order, or `auto` (the sweep brackets, then bisects).
+//!
 //! Errors name the file, the line and column, and the field (`classes[0].max_tokens: …`), and say
-//! what was expected.
+//! what was expected; a value of the wrong shape is answered with the form to write instead
+//! (`max_tokens: 50` → `write {fixed: 50}`; `arrival: gamma` → `write {gamma: {burstiness:
+//! 0.5}}`).
 
 use crate::arrivals::ArrivalProcess;
 use headroom_core::run::LoadMode;
@@ -79,8 +97,15 @@ pub const DEFAULT_WORKLOAD_YAML: &str = "\
 warmup: 5s
 measure: 30s
 load:
-  mode: concurrency
+  mode: concurrency          # closed loop: levels are requests in flight
   levels: auto
+  # Open loop instead: requests arrive at a rate, levels are req/s, and latency counts from
+  # each request's intended send time (examples/workload-open-loop.yaml is a complete one):
+  # mode: rate
+  # levels: [2, 4, 8, 16]    # req/s, or auto
+  # arrival: poisson         # constant | poisson | {gamma: {burstiness: 0.5}}: gamma shape k,
+  #                          # CV of gaps 1/sqrt(k); k = 1 is Poisson, k < 1 burstier
+  # max_concurrency: 256     # optional cap on requests in flight; omit to measure the server alone
 classes:
   - name: claims_assistant
     weight: 1
@@ -101,6 +126,7 @@ pub struct WorkloadSpec {
     /// Request classes, at least one.
     pub classes: Vec<ClassSpec>,
     /// Load to offer.
+    #[serde(deserialize_with = "hints::load")]
     pub load: LoadSpec,
     /// Warm-up per level (written `5s`; `0` allowed); requests started in it are not recorded.
     #[serde(default = "default_warmup", with = "duration_str")]
@@ -231,9 +257,10 @@ pub struct ClassSpec {
     #[serde(default)]
     pub endpoint: Endpoint,
     /// Unique prompt tokens per request; `None` with a dataset means `dataset`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "hints::prompt_tokens")]
     pub prompt_tokens: Option<LengthDist>,
     /// Output cap per request (`max_tokens`).
+    #[serde(deserialize_with = "hints::max_tokens")]
     pub max_tokens: LengthDist,
     /// Send vLLM's `ignore_eos: true` so every answer runs to `max_tokens`.
     #[serde(default)]
@@ -242,7 +269,7 @@ pub struct ClassSpec {
     #[serde(default)]
     pub shared_prefix_tokens: u32,
     /// Optional dataset of prompts.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "hints::dataset")]
     pub dataset: Option<DatasetSpec>,
 }
 
@@ -301,8 +328,12 @@ pub enum DatasetFormat {
 }
 
 /// A length distribution in tokens (see the module docs).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+///
+/// Written as a one-key mapping (`{fixed: 50}`, `{uniform: {min: 40, max: 60}}`, …) or the bare
+/// word `dataset`; anything else is an error that says what to write instead (a bare `50`:
+/// write `{fixed: 50}`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LengthDist {
     /// Always this many.
     Fixed(u32),
@@ -454,12 +485,13 @@ pub fn lognormal_params(median: f64, p90: f64) -> (f64, f64) {
 #[serde(deny_unknown_fields)]
 pub struct LoadSpec {
     /// Closed loop (levels are concurrencies) or open loop (levels are req/s).
+    #[serde(deserialize_with = "hints::mode")]
     pub mode: LoadMode,
     /// Levels to run, or `auto`.
     #[serde(default)]
     pub levels: Levels,
     /// Open-loop gap distribution (ignored in concurrency mode).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "hints::arrival")]
     pub arrival: ArrivalProcess,
     /// Open-loop cap on requests in flight.
     #[serde(default)]
@@ -510,6 +542,22 @@ impl<'de> Deserialize<'de> for Levels {
             type Value = Levels;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("`auto` or a list of numbers such as [1, 2, 4, 8]")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Levels, E> {
+                Err(E::custom(format!(
+                    "load.levels: a single number is not a list; write [{v}] or auto"
+                )))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Levels, E> {
+                Err(E::custom(format!(
+                    "load.levels: a single number is not a list; write [{v}] or auto"
+                )))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Levels, E> {
+                Err(E::custom(format!(
+                    "load.levels: a single number is not a list; write [{}] or auto",
+                    show_number(v)
+                )))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Levels, E> {
                 if v == "auto" {
@@ -564,6 +612,492 @@ mod duration_str {
                 "`{t}`: expected a duration from 0 to 24h, such as 30s"
             ))
         })
+    }
+}
+
+impl<'de> Deserialize<'de> for LengthDist {
+    /// The forms of the module docs; errors say what to write instead (see [`hints`]).
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(hints::FormVisitor::<LengthDist>::new("length distribution"))
+    }
+}
+
+/// Errors that say what to write, for every field whose value is a mapping or a named form:
+/// the length distributions (`prompt_tokens`, `max_tokens`), `load.arrival`, `dataset`, `load`
+/// and `load.mode` (`load.levels` is in [`Levels`]' own visitor).
+///
+/// serde's derived enums read a bare scalar as a unit variant, so `max_tokens: 50` came out as
+/// "unknown variant `50`", and a bare word where a mapping is needed (`arrival: gamma`) as
+/// "expected mapping start" at the *next* line. Here each field reads its value as whatever it
+/// is (scalar, list or mapping) and answers a wrong shape with the field's name and the form to
+/// write (`max_tokens: a bare number is not a distribution; write {fixed: 50}`); the YAML
+/// parser adds the file, line and column.
+mod hints {
+    use super::{ArrivalProcess, DatasetSpec, LengthDist, LoadMode, LoadSpec, show_number};
+    use serde::Deserialize;
+    use serde::de::value::MapAccessDeserializer;
+    use serde::de::{self, DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, Visitor};
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    /// What a value turned out to be, when it is not a mapping.
+    pub(super) enum Found {
+        /// A number, as written back (`50`, `0.5`).
+        Number(String),
+        /// A string or a bare word.
+        Word(String),
+        /// `true` or `false`.
+        Bool(bool),
+        /// A list.
+        List,
+        /// `~`, `null` or nothing.
+        Null,
+    }
+
+    impl Found {
+        /// `a bare number`, `` `gamma` ``, …: what was found, for messages.
+        fn describe(&self) -> String {
+            match self {
+                Found::Number(n) => format!("a bare number ({n})"),
+                Found::Word(w) => format!("`{w}`"),
+                Found::Bool(b) => format!("`{b}`"),
+                Found::List => "a list".into(),
+                Found::Null => "an empty value".into(),
+            }
+        }
+    }
+
+    /// A field's value type with named forms.
+    pub(super) trait Form: Sized {
+        /// The forms, for `expecting` (after "expected").
+        const FORMS: &'static str;
+        /// Answers a value that is not a mapping: `Ok` for an accepted bare word, else the
+        /// message (without the field name).
+        fn other(found: Found) -> Result<Self, String>;
+        /// Reads a mapping.
+        fn map<'de, A: MapAccess<'de>>(field: &str, map: A) -> Result<Self, A::Error>;
+    }
+
+    /// Reads one [`Form`], naming `field` in its errors.
+    pub(super) struct FormVisitor<T> {
+        field: &'static str,
+        form: PhantomData<T>,
+    }
+
+    impl<T> FormVisitor<T> {
+        pub(super) fn new(field: &'static str) -> Self {
+            FormVisitor {
+                field,
+                form: PhantomData,
+            }
+        }
+
+        fn other<E: de::Error>(&self, found: Found) -> Result<T, E>
+        where
+            T: Form,
+        {
+            T::other(found).map_err(|m| E::custom(format!("{}: {m}", self.field)))
+        }
+    }
+
+    impl<'de, T: Form> Visitor<'de> for FormVisitor<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(T::FORMS)
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<T, E> {
+            self.other(Found::Bool(v))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
+            self.other(Found::Number(v.to_string()))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
+            self.other(Found::Number(v.to_string()))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<T, E> {
+            self.other(Found::Number(show_number(v).to_string()))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+            self.other(Found::Word(v.to_string()))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<T, E> {
+            self.other(Found::Null)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<T, E> {
+            self.other(Found::Null)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<T, A::Error> {
+            self.other(Found::List)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::map(self.field, map)
+        }
+    }
+
+    /// Reads a one-key mapping (`{uniform: {…}}`): its key, then `read` for the value, then
+    /// refuses a second key.
+    fn one_key<'de, A: MapAccess<'de>, T>(
+        field: &str,
+        mut map: A,
+        empty: &str,
+        read: impl FnOnce(&str, &mut A) -> Result<T, A::Error>,
+    ) -> Result<T, A::Error> {
+        let Some(key) = map.next_key::<String>()? else {
+            return Err(de::Error::custom(format!(
+                "{field}: an empty mapping; {empty}"
+            )));
+        };
+        let value = read(&key, &mut map)?;
+        if let Some(second) = map.next_key::<String>()? {
+            return Err(de::Error::custom(format!(
+                "{field}: `{key}` and `{second}` in one mapping, but it takes one form; {empty}"
+            )));
+        }
+        Ok(value)
+    }
+
+    /// Reads a parameter mapping (`{min: 40, max: 60}`) into `P`; anything else is `hint`.
+    struct Params<P> {
+        field: String,
+        hint: String,
+        params: PhantomData<P>,
+    }
+
+    fn params<'de, A: MapAccess<'de>, P: DeserializeOwned>(
+        map: &mut A,
+        field: &str,
+        hint: String,
+    ) -> Result<P, A::Error> {
+        map.next_value_seed(Params {
+            field: field.to_string(),
+            hint,
+            params: PhantomData,
+        })
+    }
+
+    impl<'de, P: DeserializeOwned> DeserializeSeed<'de> for Params<P> {
+        type Value = P;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<P, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de, P: DeserializeOwned> Visitor<'de> for Params<P> {
+        type Value = P;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(&self.hint)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<P, A::Error> {
+            P::deserialize(MapAccessDeserializer::new(map))
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<P, E> {
+            Err(E::custom(format!("{}: {}", self.field, self.hint)))
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<P, E> {
+            Err(E::custom(format!("{}: {}", self.field, self.hint)))
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<P, E> {
+            Err(E::custom(format!("{}: {}", self.field, self.hint)))
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<P, E> {
+            Err(E::custom(format!("{}: {}", self.field, self.hint)))
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<P, E> {
+            Err(E::custom(format!("{}: {}", self.field, self.hint)))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<P, E> {
+            Err(E::custom(format!("{}: {}", self.field, self.hint)))
+        }
+        fn visit_none<E: de::Error>(self) -> Result<P, E> {
+            Err(E::custom(format!("{}: {}", self.field, self.hint)))
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<P, A::Error> {
+            Err(de::Error::custom(format!("{}: {}", self.field, self.hint)))
+        }
+    }
+
+    /// `{uniform: {min, max}}`'s parameters.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct UniformParams {
+        min: u32,
+        max: u32,
+    }
+
+    /// `{normal: {mean, stddev, min, max}}`'s parameters.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct NormalParams {
+        mean: f64,
+        stddev: f64,
+        min: u32,
+        max: u32,
+    }
+
+    /// `{lognormal: {median, p90, min, max}}`'s parameters.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct LognormalParams {
+        median: f64,
+        p90: f64,
+        min: u32,
+        max: u32,
+    }
+
+    /// `{gamma: {burstiness}}`'s parameter.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct GammaParams {
+        burstiness: f64,
+    }
+
+    const DIST_FORMS: &str = "expected {fixed: 50}, {uniform: {min: 40, max: 60}}, {normal: {mean: 50, stddev: 10, min: 20, max: 80}}, {lognormal: {median: 300, p90: 1200, min: 10, max: 4000}} or dataset";
+
+    /// The form to write for a distribution named without its parameters.
+    fn dist_needs(name: &str) -> Option<String> {
+        let (what, example) = match name {
+            "fixed" => ("its token count", "{fixed: 50}"),
+            "uniform" => ("its bounds", "{uniform: {min: 40, max: 60}}"),
+            "normal" => (
+                "its parameters",
+                "{normal: {mean: 50, stddev: 10, min: 20, max: 80}}",
+            ),
+            "lognormal" => (
+                "its parameters",
+                "{lognormal: {median: 300, p90: 1200, min: 10, max: 4000}}",
+            ),
+            _ => return None,
+        };
+        Some(format!("{name} needs {what}: write {example}"))
+    }
+
+    impl Form for LengthDist {
+        const FORMS: &'static str = "a length distribution such as {fixed: 50} or {uniform: {min: 40, max: 60}}, or dataset";
+
+        fn other(found: Found) -> Result<Self, String> {
+            let number = match &found {
+                Found::Number(n) => Some(n.clone()),
+                Found::Word(w) if w.trim().parse::<f64>().is_ok() => Some(w.trim().to_string()),
+                _ => None,
+            };
+            if let Some(n) = number {
+                return Err(if n.parse::<u32>().is_ok() {
+                    format!("a bare number is not a distribution; write {{fixed: {n}}}")
+                } else {
+                    format!(
+                        "a bare number ({n}) is not a distribution; write a whole number of tokens as {{fixed: 50}}"
+                    )
+                });
+            }
+            match found {
+                Found::Word(w) if w == "dataset" => Ok(LengthDist::Dataset),
+                Found::Word(w) if dist_needs(&w).is_some() => {
+                    Err(dist_needs(&w).unwrap_or_default())
+                }
+                Found::List => Err(
+                    "a list is not a distribution; for a range write {uniform: {min: 40, max: 60}}"
+                        .into(),
+                ),
+                other => Err(format!(
+                    "{} is not a distribution; {DIST_FORMS}",
+                    other.describe()
+                )),
+            }
+        }
+
+        fn map<'de, A: MapAccess<'de>>(field: &str, map: A) -> Result<Self, A::Error> {
+            one_key(field, map, DIST_FORMS, |key, map| {
+                let hint = || dist_needs(key).unwrap_or_default();
+                match key {
+                    "fixed" => Ok(LengthDist::Fixed(map.next_value()?)),
+                    "uniform" => {
+                        let p: UniformParams = params(map, field, hint())?;
+                        Ok(LengthDist::Uniform {
+                            min: p.min,
+                            max: p.max,
+                        })
+                    }
+                    "normal" => {
+                        let p: NormalParams = params(map, field, hint())?;
+                        Ok(LengthDist::Normal {
+                            mean: p.mean,
+                            stddev: p.stddev,
+                            min: p.min,
+                            max: p.max,
+                        })
+                    }
+                    "lognormal" => {
+                        let p: LognormalParams = params(map, field, hint())?;
+                        Ok(LengthDist::Lognormal {
+                            median: p.median,
+                            p90: p.p90,
+                            min: p.min,
+                            max: p.max,
+                        })
+                    }
+                    "dataset" => Err(de::Error::custom(format!(
+                        "{field}: write dataset alone ({field}: dataset), not as a mapping"
+                    ))),
+                    other => Err(de::Error::custom(format!(
+                        "{field}: unknown distribution `{other}`; expected one of fixed, uniform, normal, lognormal (or the bare word dataset)"
+                    ))),
+                }
+            })
+        }
+    }
+
+    const GAMMA_NEEDS: &str = "gamma needs its burstiness: write {gamma: {burstiness: 0.5}} (the gamma shape k of the gaps: 1 is Poisson, below 1 burstier, above 1 more regular)";
+    const ARRIVAL_FORMS: &str = "expected constant, poisson or {gamma: {burstiness: 0.5}}";
+
+    impl Form for ArrivalProcess {
+        const FORMS: &'static str =
+            "an arrival process: constant, poisson or {gamma: {burstiness: 0.5}}";
+
+        fn other(found: Found) -> Result<Self, String> {
+            match found {
+                Found::Word(w) if w == "constant" => Ok(ArrivalProcess::Constant),
+                Found::Word(w) if w == "poisson" => Ok(ArrivalProcess::Poisson),
+                Found::Word(w) if w == "gamma" => Err(GAMMA_NEEDS.into()),
+                Found::Number(n) => Err(format!(
+                    "a bare number is not an arrival process; for gamma gaps of burstiness {n} write {{gamma: {{burstiness: {n}}}}}, else constant or poisson"
+                )),
+                other => Err(format!(
+                    "{} is not an arrival process; {ARRIVAL_FORMS}",
+                    other.describe()
+                )),
+            }
+        }
+
+        fn map<'de, A: MapAccess<'de>>(field: &str, map: A) -> Result<Self, A::Error> {
+            one_key(field, map, ARRIVAL_FORMS, |key, map| match key {
+                "gamma" => {
+                    let p: GammaParams = params(map, field, GAMMA_NEEDS.into())?;
+                    Ok(ArrivalProcess::Gamma {
+                        burstiness: p.burstiness,
+                    })
+                }
+                "constant" | "poisson" => Err(de::Error::custom(format!(
+                    "{field}: write {key} alone ({field}: {key}), not as a mapping"
+                ))),
+                other => Err(de::Error::custom(format!(
+                    "{field}: unknown arrival process `{other}`; {ARRIVAL_FORMS}"
+                ))),
+            })
+        }
+    }
+
+    impl Form for DatasetSpec {
+        const FORMS: &'static str =
+            "a dataset: {path: FILE, format: sharegpt} or {path: FILE, format: jsonl}";
+
+        fn other(found: Found) -> Result<Self, String> {
+            match found {
+                Found::Word(path) => {
+                    let format = if path.ends_with(".jsonl") {
+                        "jsonl"
+                    } else {
+                        "sharegpt"
+                    };
+                    Err(format!(
+                        "a bare path is not enough; write {{path: {path}, format: {format}}} (format: sharegpt or jsonl)"
+                    ))
+                }
+                other => Err(format!(
+                    "{} is not a dataset; expected {{path: FILE, format: sharegpt}} or {{path: FILE, format: jsonl}}",
+                    other.describe()
+                )),
+            }
+        }
+
+        fn map<'de, A: MapAccess<'de>>(_: &str, map: A) -> Result<Self, A::Error> {
+            DatasetSpec::deserialize(MapAccessDeserializer::new(map))
+        }
+    }
+
+    const LOAD_FORMS: &str = "write {mode: rate, levels: [1, 2, 4], arrival: poisson} (open loop, req/s) or {mode: concurrency, levels: auto} (closed loop)";
+
+    impl Form for LoadSpec {
+        const FORMS: &'static str = "the load to offer, such as {mode: concurrency, levels: auto}";
+
+        fn other(found: Found) -> Result<Self, String> {
+            Err(format!(
+                "{} is not a load section; {LOAD_FORMS}",
+                found.describe()
+            ))
+        }
+
+        fn map<'de, A: MapAccess<'de>>(_: &str, map: A) -> Result<Self, A::Error> {
+            LoadSpec::deserialize(MapAccessDeserializer::new(map))
+        }
+    }
+
+    impl Form for LoadMode {
+        const FORMS: &'static str = "concurrency or rate";
+
+        fn other(found: Found) -> Result<Self, String> {
+            match found {
+                Found::Word(w) if w == "concurrency" => Ok(LoadMode::Concurrency),
+                Found::Word(w) if w == "rate" => Ok(LoadMode::Rate),
+                other => Err(format!(
+                    "{}: expected concurrency (closed loop: levels are requests in flight) or rate (open loop: levels are req/s)",
+                    other.describe()
+                )),
+            }
+        }
+
+        fn map<'de, A: MapAccess<'de>>(field: &str, _: A) -> Result<Self, A::Error> {
+            Err(de::Error::custom(format!(
+                "{field}: a mapping: expected concurrency (closed loop: levels are requests in flight) or rate (open loop: levels are req/s)"
+            )))
+        }
+    }
+
+    pub(super) fn max_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<LengthDist, D::Error> {
+        d.deserialize_any(FormVisitor::new("max_tokens"))
+    }
+
+    /// `prompt_tokens` may be left empty (`~`): the class's dataset then supplies the prompts.
+    pub(super) fn prompt_tokens<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<LengthDist>, D::Error> {
+        d.deserialize_option(Optional(FormVisitor::new("prompt_tokens")))
+    }
+
+    pub(super) fn dataset<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<DatasetSpec>, D::Error> {
+        d.deserialize_option(Optional(FormVisitor::new("dataset")))
+    }
+
+    pub(super) fn arrival<'de, D: Deserializer<'de>>(d: D) -> Result<ArrivalProcess, D::Error> {
+        d.deserialize_any(FormVisitor::new("load.arrival"))
+    }
+
+    pub(super) fn load<'de, D: Deserializer<'de>>(d: D) -> Result<LoadSpec, D::Error> {
+        d.deserialize_any(FormVisitor::new("load"))
+    }
+
+    pub(super) fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<LoadMode, D::Error> {
+        d.deserialize_any(FormVisitor::new("load.mode"))
+    }
+
+    /// `None` for an empty value, else the inner form.
+    struct Optional<T>(FormVisitor<T>);
+
+    impl<'de, T: Form> Visitor<'de> for Optional<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(T::FORMS)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+            d.deserialize_any(self.0).map(Some)
+        }
     }
 }
 
@@ -716,7 +1250,8 @@ impl Workload {
     /// # Errors
     /// As [`Workload::load`].
     pub fn parse(text: &str, origin: &Path, base_dir: &Path) -> Result<Workload, YamlError> {
-        let spec: WorkloadSpec = parse_yaml(text, origin)?;
+        let spec: WorkloadSpec =
+            parse_yaml(text, origin).map_err(|e| name_the_class(e, text, origin))?;
         // A second, lenient pass records where each field sits, so that semantic errors (min >
         // max, weight ≤ 0, a missing dataset) carry a line and column too.
         let locs: Locs = parse_yaml(text, origin).unwrap_or_default();
@@ -1036,6 +1571,51 @@ impl Workload {
         let total: f64 = self.spec.classes.iter().map(|c| c.weight).sum();
         self.spec.classes.iter().map(|c| c.weight / total).collect()
     }
+}
+
+/// A class field's shape error (`max_tokens: a bare number …`, from [`hints`]) names only the
+/// field; this names the class too (`classes[1] (`chat`).max_tokens: …`), as the validation's
+/// messages do: the class is the last one that starts at or before the error's line.
+fn name_the_class(mut e: YamlError, text: &str, origin: &Path) -> YamlError {
+    #[derive(Deserialize)]
+    struct Starts {
+        #[serde(default)]
+        classes: Vec<Spanned<IgnoredAny>>,
+    }
+    #[derive(Deserialize)]
+    struct Names {
+        #[serde(default)]
+        classes: Vec<Name>,
+    }
+    #[derive(Deserialize)]
+    struct Name {
+        #[serde(default)]
+        name: Option<String>,
+    }
+    let Some((line, _)) = e.location else {
+        return e;
+    };
+    if !["prompt_tokens: ", "max_tokens: ", "dataset: "]
+        .iter()
+        .any(|f| e.message.starts_with(f))
+    {
+        return e;
+    }
+    let Ok(starts) = parse_yaml::<Starts>(text, origin) else {
+        return e;
+    };
+    let Some(i) = starts.classes.iter().rposition(|c| span_pos(c).0 <= line) else {
+        return e;
+    };
+    let name = parse_yaml::<Names>(text, origin)
+        .ok()
+        .and_then(|n| n.classes.into_iter().nth(i))
+        .and_then(|n| n.name);
+    e.message = match name {
+        Some(n) => format!("classes[{i}] (`{n}`).{}", e.message),
+        None => format!("classes[{i}].{}", e.message),
+    };
+    e
 }
 
 fn span_pos(s: &Spanned<IgnoredAny>) -> (u64, u64) {
