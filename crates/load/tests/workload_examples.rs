@@ -54,7 +54,7 @@ fn open_loop_example_is_an_open_loop_workload() {
     let w = Workload::load(&examples_dir().join("workload-open-loop.yaml")).unwrap();
     let load = &w.spec.load;
     assert_eq!(load.mode, LoadMode::Rate);
-    assert_eq!(load.levels, Levels::List(vec![2.0, 4.0, 8.0, 16.0]));
+    assert_eq!(load.levels, Levels::List(vec![4.0, 8.0, 16.0, 32.0]));
     assert_eq!(load.arrival, ArrivalProcess::Gamma { burstiness: 0.5 });
     assert_eq!(load.max_concurrency, None);
     assert_eq!(
@@ -124,4 +124,27 @@ fn builtin_open_loop_alternative_parses_when_uncommented() {
     assert_eq!(load.max_concurrency, Some(256));
     // And as printed, the built-in is the closed loop.
     assert_eq!(Workload::builtin().spec.load.mode, LoadMode::Concurrency);
+}
+
+/// The README's open-loop workload is a valid one, and the example file's but for the cap.
+#[test]
+fn readme_open_loop_workload_parses() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let heading = "### `workload.yaml`: closed loop and open loop";
+    let section = &readme[readme
+        .find(heading)
+        .expect("the README's open-loop section")..];
+    let start = section.find("```yaml\n").expect("a yaml block") + "```yaml\n".len();
+    let block = &section[start..];
+    let block = &block[..block.find("```").expect("the block's end")];
+    let w = Workload::parse(block, Path::new("README.md"), Path::new("."))
+        .unwrap_or_else(|e| panic!("{e}\n{block}"));
+    assert_eq!(w.spec.load.max_concurrency, Some(256));
+    let mut example = Workload::load(&examples_dir().join("workload-open-loop.yaml"))
+        .unwrap()
+        .spec;
+    example.load.max_concurrency = Some(256);
+    assert_eq!(w.spec, example);
 }
