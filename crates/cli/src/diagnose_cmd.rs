@@ -12,11 +12,12 @@ use clap::{Args, ValueEnum};
 use headroom_core::Verdict;
 use headroom_core::run::redact_url;
 use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, SloSpec, parse_duration_s};
+use headroom_diagnose::{Origin, PrefixPlan, Setting};
 use headroom_report::diagnosis::{self, Diagnosis, DiagnosisSource};
 use headroom_signals::adapter::{Instance, instances};
 use headroom_signals::promql::{PromClient, parse_range, window_from_prometheus};
 use headroom_signals::source::{Loaded, load_files, load_run_dir, poll};
-use headroom_signals::{Scrape, Selection, Window, WindowOptions};
+use headroom_signals::{Scrape, Selection, Window, WindowError, WindowOptions};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -91,6 +92,10 @@ pub struct DiagnoseArgs {
 struct Read {
     window: Window,
     kind: &'static str,
+    /// The same as `kind`, for the hints of the judgement ([`Origin`]).
+    origin: Origin,
+    /// dcgm-exporter was scraped for the window (see [`Setting::dcgm_scraped`]).
+    dcgm_scraped: bool,
     location: String,
     level: Option<u32>,
 }
@@ -181,7 +186,15 @@ fn check_selection(last: &Scrape, sel: &Selection) -> Result<()> {
     )
 }
 
-fn window_of(engine: &[Scrape], dcgm: &[Scrape], sel: &Selection) -> Result<Window> {
+/// The window of `engine` and `dcgm` scrapes. A scrape that is a Headroom gateway's `/metrics`
+/// is refused with a hint that fits `origin` (`--url` live, a rerun of the sweep for a run
+/// directory, another file for `--from`), not the sweep's `--metrics-url` everywhere.
+fn window_of(
+    engine: &[Scrape],
+    dcgm: &[Scrape],
+    sel: &Selection,
+    origin: Origin,
+) -> Result<Window> {
     if let Some(last) = engine.last() {
         check_selection(last, sel)?;
     }
@@ -189,7 +202,20 @@ fn window_of(engine: &[Scrape], dcgm: &[Scrape], sel: &Selection) -> Result<Wind
         selection: sel.clone(),
         ..WindowOptions::default()
     };
-    Ok(Window::from_scrapes(engine, dcgm, &opts)?)
+    Window::from_scrapes(engine, dcgm, &opts).map_err(|e| match e {
+        WindowError::NoEngineMetrics {
+            origin: o,
+            detected,
+            looked_for,
+            hint,
+        } if !hint.is_empty() => anyhow!(WindowError::NoEngineMetrics {
+            origin: o,
+            detected,
+            looked_for,
+            hint: origin.gateway_metrics_hint(),
+        }),
+        e => anyhow!(e),
+    })
 }
 
 async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
@@ -219,8 +245,10 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
             None => redact_url(url),
         };
         return Ok(vec![Read {
-            window: window_of(&p.engine, &p.dcgm, sel)?,
+            window: window_of(&p.engine, &p.dcgm, sel, Origin::Live)?,
             kind: "url",
+            origin: Origin::Live,
+            dcgm_scraped: a.dcgm.is_some(),
             location,
             level: None,
         }]);
@@ -240,6 +268,8 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
         return Ok(vec![Read {
             window,
             kind: "prometheus",
+            origin: Origin::Prometheus,
+            dcgm_scraped: false,
             location: format!("{} [{}]", client.shown(), a.range),
             level: None,
         }]);
@@ -270,11 +300,13 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
                 continue;
             }
             measurement_window_only(&mut l, &starts);
-            let window = window_of(&l.engine, &l.dcgm, sel)
+            let window = window_of(&l.engine, &l.dcgm, sel, Origin::RunDir)
                 .with_context(|| format!("{one} level {level}"))?;
             out.push(Read {
                 window,
                 kind: "run_dir",
+                origin: Origin::RunDir,
+                dcgm_scraped: !l.dcgm.is_empty(),
                 location: one.clone(),
                 level: Some(level),
             });
@@ -296,8 +328,10 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
     }
     let loaded = load_files(&a.from)?;
     Ok(vec![Read {
-        window: window_of(&loaded.engine, &loaded.dcgm, sel)?,
+        window: window_of(&loaded.engine, &loaded.dcgm, sel, Origin::ScrapeFiles)?,
         kind: "files",
+        origin: Origin::ScrapeFiles,
+        dcgm_scraped: !loaded.dcgm.is_empty(),
         location: a.from.join(", "),
         level: None,
     }])
@@ -359,6 +393,9 @@ struct SweptLevel {
     /// Share of the phase's requests (by weight) sent with `ignore_eos`, from the run's
     /// workload.yaml; `None` when it cannot be read.
     ignore_eos_share: Option<f64>,
+    /// What the phase's classes share as prompt prefixes (by weight), from the run's
+    /// workload.yaml; `None` when it cannot be read.
+    prefixes: Option<PrefixPlan>,
 }
 
 /// A run directory's `results.json` and `workload.yaml`, read once for all its levels.
@@ -390,27 +427,42 @@ impl SweptRun {
                 .find(|l| l.histograms.rsplit('/').next() == Some(want.as_str()))
                 .map(|l| (p, l.clone()))
         })?;
-        let ignore_eos_share = self.workload.as_ref().map(|w| {
-            let flag = |name: &str| {
-                w.spec
+        // Mean over the phase's classes by weight of `f(class)`; a class the workload does not
+        // define counts 0.
+        let by_weight = |f: &dyn Fn(&headroom_load::workload::ClassSpec) -> f64| {
+            self.workload.as_ref().map(|w| {
+                let total: f64 = phase.classes.iter().map(|(_, wt)| wt).sum();
+                let sum: f64 = phase
                     .classes
                     .iter()
-                    .any(|c| c.name == name && c.ignore_eos)
-            };
-            let total: f64 = phase.classes.iter().map(|(_, wt)| wt).sum();
-            let eos: f64 = phase
-                .classes
-                .iter()
-                .filter(|(n, _)| flag(n))
-                .map(|(_, wt)| wt)
-                .sum();
-            if total > 0.0 { eos / total } else { 0.0 }
-        });
+                    .map(|(n, wt)| wt * w.spec.classes.iter().find(|c| c.name == *n).map_or(0.0, f))
+                    .sum();
+                if total > 0.0 { sum / total } else { 0.0 }
+            })
+        };
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        let ignore_eos_share = by_weight(&|c| flag(c.ignore_eos));
+        let prefixes = match (
+            by_weight(&|c| flag(c.shared_prefix_tokens > 0)),
+            by_weight(&|c| f64::from(c.shared_prefix_tokens)),
+            // A class with a dataset and no prompt_tokens draws its prompts from the dataset.
+            by_weight(&|c| flag(c.dataset.is_some() && c.prompt_tokens.is_none())),
+        ) {
+            (Some(shared_share), Some(shared_tokens_mean), Some(dataset_share)) => {
+                Some(PrefixPlan {
+                    shared_share,
+                    shared_tokens_mean,
+                    dataset_share,
+                })
+            }
+            _ => None,
+        };
         Some(SweptLevel {
             phase: phase.name.clone(),
             mix: phase.classes.len() > 1,
             level,
             ignore_eos_share,
+            prefixes,
         })
     }
 }
@@ -552,10 +604,17 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
             }
             None => (a.class.clone(), spec.clone(), None),
         };
+        // The workload's shared prefixes are known for a swept level whose run kept its
+        // workload.yaml; a live server, scrape files and Prometheus say nothing of them.
+        let setting = Setting {
+            origin: r.origin,
+            dcgm_scraped: r.dcgm_scraped,
+            prefixes: swept.as_ref().and_then(|sl| sl.prefixes),
+        };
         ds.push(Diagnosis {
             source: source_of(r),
             class,
-            assessment: headroom_diagnose::assess(&r.window, client.as_ref(), &spec),
+            assessment: headroom_diagnose::assess_with(&r.window, client.as_ref(), &spec, &setting),
         });
     }
     let text = match a.format {

@@ -1247,3 +1247,331 @@ fn a_swept_level_is_diagnosed_with_its_class_and_the_sweeps_verdicts() {
         }
     }
 }
+
+#[path = "../../diagnose/tests/support/prom_backfill.rs"]
+mod backfill;
+
+/// The remarks of step `n` of a diagnosis in JSON.
+fn remarks(v: &Value, n: usize) -> Vec<String> {
+    v["steps"][n - 1]["remarks"]
+        .as_array()
+        .expect("remarks")
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Step 5's remark on missing GPU telemetry, if any.
+fn telemetry_hint(v: &Value) -> Option<String> {
+    remarks(v, 5)
+        .into_iter()
+        .find(|r| r.contains("dcgm-exporter") || r.contains("DCGM_FI_"))
+}
+
+/// A run directory holding `body` as level 0's only engine scrapes (two, 10 s apart).
+fn run_dir_of(body_file: &str) -> tempfile::TempDir {
+    let dir = tempdir();
+    let scrapes = dir.path().join("scrapes");
+    std::fs::create_dir(&scrapes).unwrap();
+    for (seq, at) in ["1767000000.000", "1767000010.000"].iter().enumerate() {
+        std::fs::copy(
+            body_file,
+            scrapes.join(format!("L000-{seq:04}-engine@{at}.prom")),
+        )
+        .unwrap();
+    }
+    dir
+}
+
+/// Without GPU telemetry, step 5 says what gets it *in the mode used*: `--dcgm` beside `--url`
+/// live; a rerun of the sweep with `--dcgm` for a saved run (diagnose cannot scrape the past);
+/// more `--from` files for scrape files; a scrape job for Prometheus. No output says "pass
+/// --dcgm" without saying where, and with dcgm data there is no hint at all.
+#[test]
+fn gpu_telemetry_hints_fit_each_mode() {
+    let no_bare_pass = |o: &Output| {
+        let out = stdout(o);
+        assert!(!out.contains("pass --"), "{out}");
+    };
+
+    // --from FILE
+    let o = headroom(&["diagnose", "--from", &fixture(QUEUEING), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    no_bare_pass(&o);
+    let h = telemetry_hint(&json(&o)).expect("a hint");
+    assert!(h.contains("among the --from files"), "{h}");
+    assert!(
+        h.contains("--from FILE[@unix_s]") && !h.contains("--dcgm"),
+        "{h}"
+    );
+    // --from FILE with a dcgm-exporter file: GPU data, no hint
+    let o = headroom(&[
+        "diagnose",
+        "--from",
+        &fixture(QUEUEING),
+        "--from",
+        &fixture(DCGM),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(telemetry_hint(&json(&o)), None);
+
+    // --from RUN_DIR, in every format
+    let dir = run_dir_of(&fixture(QUEUEING));
+    let d = dir.path().to_str().unwrap();
+    let o = headroom(&["diagnose", "--from", d, "--level", "0", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let h = telemetry_hint(&json(&o)).expect("a hint");
+    assert!(
+        h.contains("cannot scrape the past")
+            && h.contains("rerun `headroom sweep` with --dcgm URL"),
+        "{h}"
+    );
+    for format in ["terminal", "markdown"] {
+        let o = headroom(&["diagnose", "--from", d, "--format", format]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        no_bare_pass(&o);
+        assert!(stdout(&o).contains("rerun `headroom sweep` with --dcgm URL"));
+    }
+
+    // --url, live, one scrape of the same body
+    let body = std::fs::read_to_string(fixture(QUEUEING)).unwrap();
+    let port = canned_server(http("text/plain; version=0.0.4", &body), 2);
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let o = headroom(&[
+        "diagnose",
+        "--url",
+        &url,
+        "--duration",
+        "0s",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    no_bare_pass(&o);
+    let h = telemetry_hint(&json(&o)).expect("a hint");
+    assert!(
+        h.contains("add --dcgm URL") && h.contains("beside --url"),
+        "{h}"
+    );
+    // --url with --dcgm pointing at an exporter that is not there: the flag is not missing
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let port = canned_server(http("text/plain; version=0.0.4", &body), 2);
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let o = headroom(&[
+        "diagnose",
+        "--url",
+        &url,
+        "--dcgm",
+        &format!("http://127.0.0.1:{dead}/metrics"),
+        "--duration",
+        "0s",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let h = telemetry_hint(&json(&o)).expect("a hint");
+    assert!(h.contains("no GPU series") && !h.contains("--dcgm"), "{h}");
+
+    // --prometheus over a range with the engine's series only (backfilled from the same
+    // fixture; Prometheus never scraped dcgm-exporter)
+    let (Some(prometheus), Some(promtool)) = (
+        backfill::on_path("prometheus"),
+        backfill::on_path("promtool"),
+    ) else {
+        return;
+    };
+    let prom = backfill::start_engine_only(&prometheus, &promtool, 3);
+    let end = prom.end_unix_s.to_string();
+    let o = headroom(&[
+        "diagnose",
+        "--prometheus",
+        &prom.base,
+        "--range",
+        "2m",
+        "--end",
+        &end,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    no_bare_pass(&o);
+    let v = json(&o);
+    assert_eq!(v["source"]["kind"], "prometheus");
+    let h = telemetry_hint(&v).expect("a hint");
+    assert!(h.contains("have Prometheus scrape dcgm-exporter"), "{h}");
+    assert!(!h.contains("--dcgm"), "{h}");
+}
+
+/// A Headroom gateway's /metrics given where the engine's belong is refused with the fix for
+/// the mode used: `--url` live, another file for `--from FILE`, a rerun of the sweep with
+/// `--metrics-url` for a run directory.
+#[test]
+fn a_gateways_metrics_are_refused_with_the_fix_for_the_mode() {
+    let body = "# TYPE headroom_gateway_requests_total counter\nheadroom_gateway_requests_total{class=\"default\",outcome=\"stop\"} 3\n";
+    let dir = tempdir();
+    let gw = write(dir.path(), "gateway.prom", body);
+    let gw = gw.to_str().unwrap();
+
+    let o = headroom(&["diagnose", "--from", gw]);
+    assert_bad(
+        &o,
+        &[
+            gw,
+            "Headroom gateway's /metrics",
+            "give that file to --from",
+        ],
+    );
+    assert!(!stderr(&o).contains("--metrics-url"), "{}", stderr(&o));
+
+    let run = run_dir_of(gw);
+    let o = headroom(&["diagnose", "--from", run.path().to_str().unwrap()]);
+    assert_bad(
+        &o,
+        &[
+            "cannot scrape the past",
+            "rerun `headroom sweep` with --metrics-url http://ENGINE:8000/metrics",
+        ],
+    );
+
+    let port = canned_server(http("text/plain; version=0.0.4", body), 2);
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let o = headroom(&["diagnose", "--url", &url, "--duration", "0s"]);
+    assert_bad(&o, &[&url, "point --url at the engine's own"]);
+    assert!(!stderr(&o).contains("--metrics-url"), "{}", stderr(&o));
+}
+
+/// The evidence of finding `id` in a diagnosis in JSON, by metric.
+fn finding_evidence(v: &Value, id: &str, metric: &str) -> Value {
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap_or_else(|| panic!("{id} did not fire: {:?}", ids(v)));
+    f["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["metric"] == metric)
+        .unwrap_or_else(|| panic!("{id}: no evidence {metric}: {f}"))
+        .clone()
+}
+
+/// A sweep of a workload with no shared prefix (the in-process twin, distinct prompts), then
+/// `diagnose --from RUN_DIR`: the prefix cache hits almost nothing, as it must, and since the
+/// run's workload.yaml sets no shared prefix that is a remark, not a `low_prefix_reuse` finding.
+/// The same scrapes as plain files (workload unknown) keep the finding, saying what it assumes;
+/// and a workload.yaml that declares a shared prefix turns the same hit ratio into a finding.
+#[test]
+fn low_prefix_reuse_is_judged_against_the_runs_workload() {
+    let dir = tempdir();
+    let plain = "load: {mode: concurrency, levels: [2]}\nclasses:\n  - {name: plain, endpoint: completions, prompt_tokens: {fixed: 200}, max_tokens: {fixed: 4}, ignore_eos: true}\n";
+    let wl = write(dir.path(), "w.yaml", plain);
+    let slo = write(
+        dir.path(),
+        "slo.yaml",
+        "objectives:\n  \"*\": {ttft: {p50: 2s}, error_rate: 5%}\n",
+    );
+    let run = dir.path().join("run");
+    let o = headroom(&[
+        "sweep",
+        "--workload",
+        wl.to_str().unwrap(),
+        "--slo",
+        slo.to_str().unwrap(),
+        "--warmup",
+        "0.5",
+        "--measure",
+        "2",
+        "--seed",
+        "5",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r = run.to_str().unwrap();
+    let diag = |extra: &[&str]| {
+        let mut args = vec!["diagnose", "--format", "json"];
+        args.extend_from_slice(extra);
+        let o = headroom(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        json(&o)
+    };
+
+    // The run's own workload: nothing shared, no finding, a remark in step 2.
+    let v = diag(&["--from", r, "--level", "0"]);
+    let hit = figure(&v, 2, "prefix_cache_hit_ratio");
+    assert!(hit < 0.1, "distinct prompts hit the cache: {hit}");
+    assert!(
+        !ids(&v).contains(&"low_prefix_reuse".to_owned()),
+        "{:?}",
+        ids(&v)
+    );
+    assert!(
+        remarks(&v, 2)
+            .iter()
+            .any(|r| r.contains("sets no shared prefix")),
+        "{:?}",
+        remarks(&v, 2)
+    );
+
+    // The level's scrapes as plain files: the workload is unknown.
+    let mut files: Vec<String> = std::fs::read_dir(run.join("scrapes"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("L000-") && n.contains("-engine@")
+        })
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "{files:?}");
+    let mut args = Vec::new();
+    for f in &files {
+        args.push("--from");
+        args.push(f.as_str());
+    }
+    let v = diag(&args);
+    let q = finding_evidence(&v, "low_prefix_reuse", "vllm:prefix_cache_queries_total");
+    assert!(q["value"].as_f64().unwrap() >= 1000.0, "{q}");
+    let e = finding_evidence(&v, "low_prefix_reuse", "prefix_cache_hit_ratio");
+    assert!(
+        e["note"]
+            .as_str()
+            .unwrap()
+            .contains("assumes the traffic shares prefixes"),
+        "{e}"
+    );
+
+    // The same run, had its workload declared a 100-token shared prefix for the class.
+    std::fs::write(
+        run.join("workload.yaml"),
+        plain.replace(
+            "ignore_eos: true}",
+            "ignore_eos: true, shared_prefix_tokens: 100}",
+        ),
+    )
+    .unwrap();
+    let v = diag(&["--from", r, "--level", "0"]);
+    assert_eq!(
+        finding_evidence(&v, "low_prefix_reuse", "workload_shared_prefix_share")["value"],
+        1.0
+    );
+    let c = finding_evidence(&v, "low_prefix_reuse", "workload_shared_prefix_over_prompt");
+    let prompt_mean = figure(&v, 3, "prompt_tokens_mean");
+    let want = 100.0 / prompt_mean;
+    assert!(
+        (c["value"].as_f64().unwrap() - want).abs() < 1e-9,
+        "{c} vs 100 / {prompt_mean}"
+    );
+    assert!(
+        !remarks(&v, 2)
+            .iter()
+            .any(|r| r.contains("sets no shared prefix"))
+    );
+}
