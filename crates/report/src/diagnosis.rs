@@ -69,11 +69,13 @@ pub fn fmt_value(value: f64, unit: &str) -> String {
     }
 }
 
+/// An objective's value in its unit ([`crate::objective_unit`]): a ratio as percent, seconds
+/// as a duration, an objective of no known kind as a bare number.
 fn fmt_objective(id: &str, v: f64) -> String {
-    if id == "error_rate" {
-        format!("{} %", fmt_num(v * 100.0))
-    } else {
-        fmt_duration_s(v)
+    match crate::objective_unit(id) {
+        crate::ObjectiveUnit::Ratio => format!("{} %", fmt_num(v * 100.0)),
+        crate::ObjectiveUnit::Seconds => fmt_duration_s(v),
+        crate::ObjectiveUnit::Plain => fmt_num(v),
     }
 }
 
@@ -423,6 +425,10 @@ mod tests {
 
     #[test]
     fn values_by_unit() {
+        assert_eq!(fmt_objective("error_rate", 0.02), "2 %");
+        assert_eq!(fmt_objective("chat/error_rate", 0.0), "0 %");
+        assert_eq!(fmt_objective("chat/ttft_p95", 0.3), "300 ms");
+        assert_eq!(fmt_objective("goodput_min", 2.5), "2.5");
         assert_eq!(fmt_value(0.8125, "s"), "812 ms");
         assert_eq!(fmt_value(0.9, "ratio"), "90 %");
         assert_eq!(fmt_value(12.0, "requests"), "12 requests");

@@ -22,18 +22,63 @@ th{background:#f3f3f3}pre{background:#f7f7f7;padding:1em;overflow:auto}.charts{d
     for p in &run.phases {
         phase(&mut o, p);
     }
-    o.push_str("<h2>Full report</h2><pre>");
-    o.push_str(&esc(&crate::markdown::render(run)));
-    o.push_str("</pre></body></html>\n");
+    o.push_str("<h2>Full report</h2><div class=\"full\">");
+    o.push_str(&markdown_to_html(&crate::markdown::render(run)));
+    o.push_str("</div></body></html>\n");
     o
 }
 
-fn threshold_for(p: &PhaseResult, prefix: &str) -> Option<f64> {
-    p.levels
+/// `report.md` as HTML (CommonMark with GitHub tables, by `pulldown-cmark`), kept
+/// self-contained and inert: raw HTML in the Markdown is shown as text (escaped), links and
+/// images become their text (nothing is referenced outside the page), and the headings are
+/// pushed down two levels to sit under this page's "Full report" heading.
+fn markdown_to_html(md: &str) -> String {
+    use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+    let demote = |l: HeadingLevel| match l {
+        HeadingLevel::H1 => HeadingLevel::H3,
+        HeadingLevel::H2 => HeadingLevel::H4,
+        HeadingLevel::H3 => HeadingLevel::H5,
+        _ => HeadingLevel::H6,
+    };
+    let events = Parser::new_ext(md, Options::ENABLE_TABLES).filter_map(|e| match e {
+        Event::Html(t) | Event::InlineHtml(t) => Some(Event::Text(t)),
+        Event::Start(Tag::Link { .. } | Tag::Image { .. }) => None,
+        Event::End(TagEnd::Link | TagEnd::Image) => None,
+        Event::Start(Tag::Heading {
+            level,
+            id,
+            classes,
+            attrs,
+        }) => Some(Event::Start(Tag::Heading {
+            level: demote(level),
+            id,
+            classes,
+            attrs,
+        })),
+        Event::End(TagEnd::Heading(level)) => Some(Event::End(TagEnd::Heading(demote(level)))),
+        e => Some(e),
+    });
+    let mut out = String::new();
+    pulldown_cmark::html::push_html(&mut out, events);
+    out
+}
+
+/// The SLO line of a chart: the threshold of the phase's objectives on `signal` (`ttft`, `itl`)
+/// or, for `error_rate`, the error objective — class prefixes of a mix phase ignored — when they
+/// all share one threshold; `None` when there is none or the classes differ (one line would be
+/// wrong for some of them).
+fn threshold_for(p: &PhaseResult, signal: &str) -> Option<f64> {
+    let mut ts = p
+        .levels
         .iter()
         .flat_map(|l| l.objectives.iter())
-        .find(|o| o.id.starts_with(prefix))
-        .map(|o| o.threshold)
+        .filter(|o| {
+            let base = crate::objective_base_id(&o.id);
+            base == signal || crate::latency_objective(base).is_some_and(|(s, _)| s == signal)
+        })
+        .map(|o| o.threshold);
+    let first = ts.next()?;
+    ts.all(|t| t == first).then_some(first)
 }
 
 fn phase(o: &mut String, p: &PhaseResult) {
@@ -63,7 +108,7 @@ fn phase(o: &mut String, p: &PhaseResult) {
             x,
             "ms",
             &lat(sig),
-            threshold_for(p, &format!("{sig}_p")).map(|t| t * 1e3),
+            threshold_for(p, sig).map(|t| t * 1e3),
             (520, 320),
         ));
     }
@@ -111,28 +156,55 @@ fn phase(o: &mut String, p: &PhaseResult) {
         (520, 320),
     ));
     // `#` is the level's index in the run: `headroom diagnose --from RUN_DIR --level N`.
-    o.push_str("</div><table><tr><th>#</th><th>load</th><th>verdict (objectives behind it)</th><th>req/s</th><th>out tok/s</th><th>TTFT p95</th><th>ITL p95</th></tr>");
-    for l in &p.levels {
-        let q = |s: &str| {
-            l.latency
-                .get(s)
-                .filter(|x| x.count > 0)
-                .map(|x| headroom_core::slo::fmt_duration_s(x.p95_s))
-                .unwrap_or_else(|| "–".into())
-        };
+    // Latency columns at the percentiles the objectives judge (p95 when none judges a signal).
+    let cols: Vec<(&str, f64)> = ["ttft", "itl"]
+        .into_iter()
+        .flat_map(|sig| {
+            crate::levels::objective_percentiles(p, sig)
+                .into_iter()
+                .map(move |pct| (sig, pct))
+        })
+        .collect();
+    o.push_str("</div><table><tr><th>#</th><th>load</th><th>verdict (objectives behind it)</th><th>requests</th><th>started/s</th><th>req/s</th><th>out tok/s</th><th>rates from</th>");
+    for (sig, pct) in &cols {
         o.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<th>{}</th>",
+            esc(&crate::levels::percentile_header(sig, *pct))
+        ));
+    }
+    o.push_str("</tr>");
+    for l in &p.levels {
+        let requests = l.outcomes.values().sum::<u64>();
+        o.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td>",
             crate::markdown::level_index(l).map_or_else(|| "–".to_string(), |i| i.to_string()),
             fmt_num(l.load),
             l.verdict.as_str(),
             esc(&l.verdict_line()),
+            requests,
+            requests as f64 / l.window_s.max(1e-9),
             l.request_rate_per_s,
             fmt_num(l.output_tokens_per_s),
-            q("ttft"),
-            q("itl"),
+            esc(&crate::markdown::rates_from(l)),
         ));
+        for (sig, pct) in &cols {
+            o.push_str(&format!(
+                "<td>{}</td>",
+                crate::levels::latency_at(l, sig, *pct)
+                    .map(headroom_core::slo::fmt_duration_s)
+                    .unwrap_or_else(|| "–".into())
+            ));
+        }
+        o.push_str("</tr>");
     }
     o.push_str("</table>");
+    o.push_str(&format!(
+        "<p class=\"note\">{}</p>",
+        markdown_to_html(crate::levels::RATES_NOTE)
+            .trim()
+            .trim_start_matches("<p>")
+            .trim_end_matches("</p>")
+    ));
 }
 
 /// Escapes text for HTML.

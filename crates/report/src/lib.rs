@@ -7,6 +7,7 @@ pub mod chart;
 pub mod csv;
 pub mod diagnosis;
 pub mod html;
+pub mod levels;
 pub mod markdown;
 pub mod terminal;
 
@@ -93,12 +94,60 @@ pub fn fmt_load(load: f64, mode: headroom_core::run::LoadMode) -> String {
     format!("{} {}", headroom_core::slo::fmt_num(load), mode.unit())
 }
 
-/// Formats an objective's value: seconds as a duration, error ratios as percent.
-pub fn fmt_objective_value(id: &str, v: f64) -> String {
-    if id == "error_rate" {
-        format!("{}%", headroom_core::slo::fmt_num(v * 100.0))
+/// The unit of an objective's threshold and observed value, read from its id: the id's last
+/// `/`-separated part (a mix phase prefixes each class's objectives with the class,
+/// `claims_assistant/error_rate`) is `error_rate` (a 0–1 ratio, `headroom_core::slo::Objective::
+/// ErrorRate`) or `<signal>_p<percentile>` with a `headroom_core::LatencySignal` name (seconds,
+/// `Objective::Latency`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectiveUnit {
+    /// A 0–1 ratio, shown as percent.
+    Ratio,
+    /// Seconds, shown as a duration (`µs`, `ms`, `s`).
+    Seconds,
+    /// An id of no known kind: the bare number, with no unit rather than a wrong one.
+    Plain,
+}
+
+/// The unit of the objective with id `id` (see [`ObjectiveUnit`]).
+pub fn objective_unit(id: &str) -> ObjectiveUnit {
+    let base = objective_base_id(id);
+    if base == "error_rate" {
+        ObjectiveUnit::Ratio
+    } else if latency_objective(base).is_some() {
+        ObjectiveUnit::Seconds
     } else {
-        headroom_core::slo::fmt_duration_s(v)
+        ObjectiveUnit::Plain
+    }
+}
+
+/// An objective id without the class prefix a mix phase gives it (`claims_assistant/ttft_p95`
+/// → `ttft_p95`).
+pub fn objective_base_id(id: &str) -> &str {
+    id.rsplit('/').next().unwrap_or(id)
+}
+
+/// `(signal name, percentile)` of a latency objective's id (`ttft_p99.9` → `("ttft", 99.9)`,
+/// class prefix allowed), `None` for any other id. The signal must be one of
+/// `headroom_core::LatencySignal`'s names, as `slo.yaml` writes them.
+pub fn latency_objective(id: &str) -> Option<(&str, f64)> {
+    let (signal, pct) = objective_base_id(id).rsplit_once("_p")?;
+    let pct: f64 = pct.parse().ok().filter(|p: &f64| *p > 0.0 && *p < 100.0)?;
+    // The signal's serde name is its slo.yaml name; parsing it this way follows every variant.
+    serde_json::from_value::<headroom_core::LatencySignal>(serde_json::Value::String(
+        signal.to_string(),
+    ))
+    .ok()?;
+    Some((signal, pct))
+}
+
+/// Formats an objective's value in its unit ([`objective_unit`]): seconds as a duration, error
+/// ratios as percent, anything else as a bare number.
+pub fn fmt_objective_value(id: &str, v: f64) -> String {
+    match objective_unit(id) {
+        ObjectiveUnit::Ratio => format!("{}%", headroom_core::slo::fmt_num(v * 100.0)),
+        ObjectiveUnit::Seconds => headroom_core::slo::fmt_duration_s(v),
+        ObjectiveUnit::Plain => headroom_core::slo::fmt_num(v),
     }
 }
 
@@ -110,21 +159,16 @@ pub fn fmt_observed(id: &str, v: f64, threshold: f64) -> String {
     if v == threshold || plain != fmt_objective_value(id, threshold) {
         return plain;
     }
-    // The value in the unit fmt_objective_value chose, with 2 to 6 decimals until it differs.
-    let (scaled, unit) = if id == "error_rate" {
-        (v * 100.0, "%")
-    } else if v >= 1.0 {
-        (v, " s")
-    } else if v >= 1e-3 {
-        (v * 1e3, " ms")
-    } else {
-        (v * 1e6, " µs")
+    // The value and threshold in the unit fmt_objective_value chose, with 2 to 6 decimals
+    // until they differ.
+    let (scale, unit) = match objective_unit(id) {
+        ObjectiveUnit::Ratio => (100.0, "%"),
+        ObjectiveUnit::Plain => (1.0, ""),
+        ObjectiveUnit::Seconds if v >= 1.0 => (1.0, " s"),
+        ObjectiveUnit::Seconds if v >= 1e-3 => (1e3, " ms"),
+        ObjectiveUnit::Seconds => (1e6, " µs"),
     };
-    let t = if id == "error_rate" {
-        threshold * 100.0
-    } else {
-        threshold * (scaled / v)
-    };
+    let (scaled, t) = (v * scale, threshold * scale);
     for d in 2..=6 {
         let (a, b) = (format!("{scaled:.d$}"), format!("{t:.d$}"));
         if a != b {
@@ -146,6 +190,38 @@ mod observed_tests {
         assert_eq!(f("ttft_p95", 1.0004, 1.0), "1.0004 s");
         assert_eq!(f("error_rate", 0.005001, 0.005), "0.5001%");
         assert_eq!(f("error_rate", 0.02, 0.005), "2%");
+        // A mix phase's class objectives keep their kind's unit.
+        assert_eq!(f("chat/error_rate", 0.005001, 0.005), "0.5001%");
+        assert_eq!(f("chat/error_rate", 0.0, 0.005), "0%");
+        assert_eq!(f("chat/itl_p95", 0.05004, 0.05), "50.04 ms");
+        assert_eq!(f("goodput_min", 3.0004, 3.0), "3.0004");
+    }
+
+    #[test]
+    fn objective_units_by_kind_with_or_without_a_class() {
+        use super::{ObjectiveUnit::*, fmt_objective_value as v, objective_unit as u};
+        for (id, unit) in [
+            ("error_rate", Ratio),
+            ("long_context/error_rate", Ratio),
+            ("ttft_p95", Seconds),
+            ("itl_p99", Seconds),
+            ("tpot_p50", Seconds),
+            ("e2e_p99.9", Seconds),
+            ("queue_time_p95", Seconds),
+            ("a/b/queue_time_p95", Seconds),
+            ("claims/queue_time_p99.99", Seconds),
+            ("goodput_min", Plain),
+            ("bogus_p95", Plain),
+            ("ttft_p", Plain),
+            ("ttft_p100", Plain),
+        ] {
+            assert_eq!(u(id), unit, "{id}");
+        }
+        assert_eq!(v("claims_assistant/error_rate", 0.0), "0%");
+        assert_eq!(v("claims_assistant/error_rate", 0.005), "0.5%");
+        assert_eq!(v("claims_assistant/ttft_p95", 0.0788), "78.8 ms");
+        assert_eq!(v("long_context/queue_time_p95", 2.48), "2.48 s");
+        assert_eq!(v("goodput_min", 2.5), "2.5");
     }
 }
 

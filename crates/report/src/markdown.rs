@@ -35,7 +35,7 @@ pub fn render(run: &RunResult) -> String {
 }
 
 fn phase(o: &mut String, p: &PhaseResult) {
-    o.push_str(&format!("## Phase `{}`\n\n", esc(&p.name)));
+    o.push_str(&format!("## Phase {}\n\n", code(&p.name)));
     let classes: Vec<String> = p
         .classes
         .iter()
@@ -46,35 +46,56 @@ fn phase(o: &mut String, p: &PhaseResult) {
         classes.join(", "),
         esc(&p.search_note)
     ));
-    o.push_str("| load | verdict | window | requests | errors | req/s | out tok/s | TTFT p95 | ITL p95 | TPOT p95 | E2E p95 | objectives failed | objectives inconclusive |\n");
-    o.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
+    // Latency columns at the percentiles the objectives judge (p95 when none judges a signal).
+    let cols: Vec<(&str, f64)> = ["ttft", "itl", "tpot", "e2e"]
+        .into_iter()
+        .flat_map(|sig| {
+            crate::levels::objective_percentiles(p, sig)
+                .into_iter()
+                .map(move |pct| (sig, pct))
+        })
+        .collect();
+    let heads: Vec<String> = cols
+        .iter()
+        .map(|(s, pct)| crate::levels::percentile_header(s, *pct))
+        .collect();
+    o.push_str(&format!(
+        "| load | verdict | window | requests | started/s | errors | req/s | out tok/s | rates from | {} | objectives failed | objectives inconclusive |\n",
+        heads.join(" | ")
+    ));
+    o.push_str(&format!(
+        "|---:|---|---:|---:|---:|---:|---:|---:|---|{}---|---|\n",
+        "---:|".repeat(cols.len())
+    ));
     for l in &p.levels {
-        let q = |s: &str| {
-            l.latency
-                .get(s)
-                .filter(|x| x.count > 0)
-                .map(|x| headroom_core::slo::fmt_duration_s(x.p95_s))
-                .unwrap_or_else(|| "–".into())
-        };
+        let lat: Vec<String> = cols
+            .iter()
+            .map(|(s, pct)| {
+                crate::levels::latency_at(l, s, *pct)
+                    .map(headroom_core::slo::fmt_duration_s)
+                    .unwrap_or_else(|| "–".into())
+            })
+            .collect();
         let (errors, finished) = l.error_counts();
+        let requests = l.outcomes.values().sum::<u64>();
         o.push_str(&format!(
-            "| {} | {} | {:.1} s | {} | {} of {} | {:.2} | {:.0} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.1} s | {} | {:.2} | {} of {} | {:.2} | {:.0} | {} | {} | {} | {} |\n",
             fmt_load(l.load, l.mode),
             l.verdict.as_str(),
             l.window_s,
-            l.outcomes.values().sum::<u64>(),
+            requests,
+            requests as f64 / l.window_s.max(1e-9),
             errors,
             finished,
             l.request_rate_per_s,
             l.output_tokens_per_s,
-            q("ttft"),
-            q("itl"),
-            q("tpot"),
-            q("e2e"),
+            rates_from(l),
+            lat.join(" | "),
             l.failed_objectives().join(", "),
             l.inconclusive_objectives().join(", ")
         ));
     }
+    o.push_str(&format!("\n{}\n", crate::levels::RATES_NOTE));
     o.push('\n');
     for l in &p.levels {
         level_detail(o, l);
@@ -144,7 +165,14 @@ fn level_detail(o: &mut String, l: &LevelResult) {
         l.client.cpu_s, l.client.wall_s, l.client.cpu_per_chunk_us,
     ));
     if let Some(s) = &l.server {
-        o.push_str(&format!("\nServer (`{}`):\n\n", esc(&s.engine)));
+        o.push_str(&format!(
+            "\nServer ({}{}): {}\n\n",
+            code(&s.engine),
+            crate::levels::server_span_s(l)
+                .map(|s| format!(", over {s:.1} s of scrapes"))
+                .unwrap_or_default(),
+            crate::levels::SERVER_POPULATION_NOTE
+        ));
         for (k, v) in &s.figures {
             o.push_str(&format!("- {k}: {}\n", fmt_num(*v)));
         }
@@ -170,8 +198,8 @@ fn level_detail(o: &mut String, l: &LevelResult) {
         }
         for f in &s.findings {
             o.push_str(&format!(
-                "- **finding `{}`** ({:?}): {} — first action: {}\n",
-                f.id,
+                "- **finding {}** ({:?}): {} — first action: {}\n",
+                code(&f.id),
                 f.confidence,
                 esc(&f.title),
                 esc(&f.action)
@@ -187,6 +215,22 @@ fn level_detail(o: &mut String, l: &LevelResult) {
     o.push('\n');
 }
 
+/// The `rates from` cell: where `req/s` and `out tok/s` come from (one label when both come
+/// from the same place).
+pub(crate) fn rates_from(l: &LevelResult) -> String {
+    use crate::levels::{rate_source_label, request_rate_source, token_rate_source};
+    let (r, t) = (request_rate_source(l), token_rate_source(l));
+    if r == t {
+        rate_source_label(r)
+    } else {
+        format!(
+            "req/s: {}; tok/s: {}",
+            rate_source_label(r),
+            rate_source_label(t)
+        )
+    }
+}
+
 /// What the banner of a stopped run says about its levels: which were cut short (window note
 /// `interrupted: …`, `server lost: …`, `aborted: …`, the sweep's voided levels, which give no
 /// verdict) and that the others ran to the end.
@@ -198,7 +242,7 @@ fn cut_short_note(run: &RunResult) -> String {
             p.levels
                 .iter()
                 .filter(|l| is_cut_short(l))
-                .map(move |l| format!("`{}` at {}", esc(&p.name), fmt_load(l.load, l.mode)))
+                .map(move |l| format!("{} at {}", code(&p.name), fmt_load(l.load, l.mode)))
         })
         .collect();
     if cut.is_empty() {
@@ -223,6 +267,21 @@ fn is_cut_short(l: &LevelResult) -> bool {
 pub(crate) fn level_index(l: &LevelResult) -> Option<u32> {
     let name = l.histograms.rsplit('/').next()?;
     name.strip_prefix('L')?.strip_suffix(".json")?.parse().ok()
+}
+
+/// `s` as an inline code span outside a table, where a backslash would print: a run of
+/// backticks longer than any in `s` delimits it (padded with a space when `s` starts or ends with
+/// one, as CommonMark strips one), and a line break becomes a space.
+fn code(s: &str) -> String {
+    let s = s.replace('\n', " ");
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{s}{pad}{fence}")
 }
 
 /// Escapes text for a Markdown table cell.
@@ -342,9 +401,10 @@ mod tests {
         assert!(!s.contains("complete and valid"), "{s}");
         // Row of the 8-concurrent level: nothing failed, ttft_p95 inconclusive.
         assert!(s.contains("|  | ttft_p95 |\n"), "{s}");
-        // The 16-concurrent level: ttft_p95 failed, nothing inconclusive; errors 1 of 41.
+        // The 16-concurrent level: ttft_p95 failed, nothing inconclusive; 41 requests started
+        // in 10 s (4.10/s); errors 1 of 41.
         assert!(
-            s.contains("| 16 concurrent | FAIL | 10.0 s | 41 | 1 of 41 |"),
+            s.contains("| 16 concurrent | FAIL | 10.0 s | 41 | 4.10 | 1 of 41 |"),
             "{s}"
         );
         assert!(s.contains("| ttft_p95 |  |\n"), "{s}");
