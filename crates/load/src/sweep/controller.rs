@@ -17,7 +17,7 @@ use headroom_core::run::{
 };
 use headroom_core::slo::SloFile;
 use headroom_core::{LatencySignal, Objective, Outcome, SloSpec, Verdict};
-use headroom_diagnose::{ClientView, assess};
+use headroom_diagnose::{ClientView, Origin, PrefixPlan, Setting, assess_with};
 use headroom_signals::source::{ScrapeKind, scrape_file_name, write_scrape};
 use headroom_signals::{Scrape, Scraper, Window, WindowOptions};
 use std::collections::BTreeMap;
@@ -82,6 +82,28 @@ pub struct Phase {
     pub name: String,
     /// Plans of the classes in this phase.
     pub plans: Vec<ClassPlan>,
+}
+
+/// What a phase's classes share as prompt prefixes, by mix weight: the share of requests with a
+/// shared prefix, its mean length in tokens, and the share drawn from datasets (which may share
+/// prefixes the spec does not declare). Diagnose judges a low prefix-cache hit ratio against it.
+fn prefix_plan(plans: &[ClassPlan]) -> PrefixPlan {
+    let total: f64 = plans.iter().map(|p| p.weight).sum();
+    if total <= 0.0 {
+        return PrefixPlan::default();
+    }
+    let share =
+        |f: &dyn Fn(&ClassPlan) -> f64| plans.iter().map(|p| p.weight * f(p)).sum::<f64>() / total;
+    PrefixPlan {
+        shared_share: share(&|p| f64::from(u8::from(p.shared_prefix_tokens > 0))),
+        shared_tokens_mean: share(&|p| f64::from(p.shared_prefix_tokens)),
+        dataset_share: share(&|p| {
+            f64::from(u8::from(matches!(
+                p.prompt,
+                crate::prompt::PromptSource::Dataset(_)
+            )))
+        }),
+    }
 }
 
 /// Share of a phase's requests sent with `ignore_eos`, by mix weight (1 or 0 for one class).
@@ -793,7 +815,12 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
             } else {
                 j.spec.clone()
             };
-            let a = assess(meas, Some(&view), &spec);
+            let setting = Setting {
+                origin: Origin::Sweep,
+                dcgm_scraped: !j.dcgm_scrapes.is_empty(),
+                prefixes: Some(prefix_plan(&j.phase.plans)),
+            };
+            let a = assess_with(meas, Some(&view), &spec, &setting);
             if mix {
                 objectives.extend(a.objectives.iter().cloned());
                 if !a.refused.is_empty() {
@@ -1166,6 +1193,26 @@ fn group_warnings<'a>(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::group_warnings;
+
+    /// The sweep tells diagnose what its classes share as prefixes, by mix weight.
+    #[test]
+    fn the_prefix_plan_weighs_classes_by_the_mix() {
+        use super::*;
+        let text = "load: {mode: concurrency}\nclasses:\n  - {name: a, weight: 9, endpoint: completions, shared_prefix_tokens: 50, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n  - {name: b, weight: 1, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n";
+        let w = crate::workload::Workload::parse(
+            text,
+            std::path::Path::new("w.yaml"),
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let plans = ClassPlan::from_workload(&w, None).unwrap();
+        let p = prefix_plan(&plans);
+        assert!((p.shared_share - 0.9).abs() < 1e-12, "{p:?}");
+        assert!((p.shared_tokens_mean - 45.0).abs() < 1e-9, "{p:?}");
+        assert_eq!(p.dataset_share, 0.0);
+        let none = prefix_plan(&plans[1..]);
+        assert!(none.nothing_shared(), "{none:?}");
+    }
 
     /// The send-lag warning scales with the tightest TTFT/E2E objective: 2 %, at least 1 ms.
     #[test]
