@@ -1,6 +1,7 @@
 //! `report.html`: one self-contained page (inline CSS and SVG, no scripts, nothing fetched) with
 //! the summary, per-phase charts (TTFT and ITL percentiles versus load with the SLO line,
-//! throughput versus load, error rate versus load) and the Markdown report's tables.
+//! throughput versus load, error rate versus load), the level tables and the Markdown report
+//! rendered as HTML.
 
 use crate::chart::{Series, line_chart};
 use headroom_core::run::{PhaseResult, RunResult};
@@ -13,7 +14,7 @@ pub fn render(run: &RunResult) -> String {
 <style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}\
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
 th{background:#f3f3f3}pre{background:#f7f7f7;padding:1em;overflow:auto}.charts{display:flex;flex-wrap:wrap;gap:8px}\
-.FAIL{color:#b00}.PASS{color:#070}.INCONCLUSIVE{color:#a60}</style></head><body>\
+.full td,.full th{text-align:left}.note{font-size:90%;color:#444}.FAIL{color:#b00}.PASS{color:#070}.INCONCLUSIVE{color:#a60}</style></head><body>\
 <h1>Headroom sweep report</h1>",
     );
     o.push_str("<h2>Summary</h2><pre>");

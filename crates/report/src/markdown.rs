@@ -1,6 +1,6 @@
 //! `report.md`: the run summary, one section per phase with its levels, findings and warnings.
 
-use crate::{fmt_load, fmt_objective_value};
+use crate::fmt_load;
 use headroom_core::run::{LevelResult, PhaseResult, RunResult, RunStatus};
 use headroom_core::slo::fmt_num;
 
@@ -119,7 +119,7 @@ fn level_detail(o: &mut String, l: &LevelResult) {
             "| {} | {} | {} | {} | {} |\n",
             esc(&ob.description),
             ob.observed
-                .map(|v| fmt_objective_value(&ob.id, v))
+                .map(|v| crate::fmt_observed(&ob.id, v, ob.threshold))
                 .unwrap_or_else(|| "–".into()),
             ob.verdict.as_str(),
             ob.samples,

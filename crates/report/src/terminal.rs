@@ -52,13 +52,9 @@ pub fn render(run: &RunResult) -> String {
                     format!(
                         "{} {} against {}, {}×",
                         h.objective,
-                        fmt_objective_value(&h.objective, h.observed),
+                        crate::fmt_observed(&h.objective, h.observed, h.threshold),
                         fmt_objective_value(&h.objective, h.threshold),
-                        if h.ratio.is_finite() {
-                            fmt_num(h.ratio)
-                        } else {
-                            "∞".into()
-                        }
+                        fmt_ratio(h.ratio)
                     )
                 })
                 .unwrap_or_else(|| "-".into());
@@ -98,13 +94,9 @@ pub fn render(run: &RunResult) -> String {
                 p.name,
                 fmt_load(h.load, p.mode),
                 h.description.split(" < ").next().unwrap_or(&h.objective),
-                fmt_objective_value(&h.objective, h.observed),
+                crate::fmt_observed(&h.objective, h.observed, h.threshold),
                 fmt_objective_value(&h.objective, h.threshold),
-                if h.ratio.is_finite() {
-                    fmt_num(h.ratio)
-                } else {
-                    "∞".into()
-                }
+                fmt_ratio(h.ratio)
             ));
         }
     }
@@ -121,6 +113,23 @@ pub fn render(run: &RunResult) -> String {
         }
     }
     out
+}
+
+/// A headroom ratio (`threshold / observed`): as `fmt_num`, with more decimals (up to 4) when
+/// that would print `1` for a ratio that is not exactly 1 (49.97 ms against 50 ms is 1.001×,
+/// not 1×, and not a breach); `∞` when nothing was observed above zero.
+fn fmt_ratio(r: f64) -> String {
+    if !r.is_finite() {
+        return "∞".into();
+    }
+    let plain = fmt_num(r);
+    if plain != "1" || r == 1.0 {
+        return plain;
+    }
+    (2..=4)
+        .map(|d| format!("{r:.d$}"))
+        .find(|s| s.trim_end_matches('0').trim_end_matches('.') != "1")
+        .map_or(plain, |s| s.trim_end_matches('0').to_string())
 }
 
 #[cfg(test)]
@@ -145,6 +154,26 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("(observed"), "{s}");
+    }
+
+    /// An observed value just under its threshold never prints as the threshold, nor its
+    /// headroom as exactly 1: 50 ms / 49.971199 ms = 1.000576…, 1.001× to three decimals.
+    #[test]
+    fn headroom_just_under_the_threshold_reads_as_such() {
+        let mut run = crate::testdata::run();
+        let l = &mut run.phases[0].levels[1];
+        l.objectives[0].observed = Some(0.049971199);
+        l.objectives[0].threshold = 0.05;
+        let s = super::render(&run);
+        assert!(
+            s.contains("at 8 concurrent: TTFT p95 49.97 ms against 50 ms, 1.001× headroom"),
+            "{s}"
+        );
+        assert_eq!(super::fmt_ratio(1.0), "1");
+        assert_eq!(super::fmt_ratio(0.9996), "0.9996");
+        assert_eq!(super::fmt_ratio(1.00001), "1");
+        assert_eq!(super::fmt_ratio(3.0), "3");
+        assert_eq!(super::fmt_ratio(f64::INFINITY), "∞");
     }
 
     #[test]

@@ -339,7 +339,7 @@ fn server_figures_state_their_population() {
     let h = html::render(&run());
     assert!(
         h.contains(
-            "<p>Server (<code>vllm</code>, over 7.3 s of scrapes): The engine's figures below cover the requests that finished between"
+            "<p>Server (<code>vllm</code>, over 7.3 s of scrapes): The engine's per-request figures below (queue, prefill"
         ),
         "{h}"
     );
