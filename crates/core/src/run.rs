@@ -47,22 +47,50 @@ pub enum RunStatus {
 }
 
 /// Latency summary of one signal at one level, seconds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+///
+/// In JSON, a summary of no observations (`count` 0) carries only `count`: its mean, percentiles
+/// and maximum do not exist, and a `0.0` there read as a measured zero latency. Reading such a
+/// summary (or one written before, with zeros) gives 0.0 in those fields.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 pub struct LatencySummary {
     /// Number of observations.
     pub count: u64,
     /// Mean, seconds.
+    #[serde(default)]
     pub mean_s: f64,
     /// Median, seconds.
+    #[serde(default)]
     pub p50_s: f64,
     /// 90th percentile, seconds.
+    #[serde(default)]
     pub p90_s: f64,
     /// 95th percentile, seconds.
+    #[serde(default)]
     pub p95_s: f64,
     /// 99th percentile, seconds.
+    #[serde(default)]
     pub p99_s: f64,
     /// Maximum, seconds.
+    #[serde(default)]
     pub max_s: f64,
+}
+
+impl Serialize for LatencySummary {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let empty = self.count == 0;
+        let mut m = s.serialize_struct("LatencySummary", if empty { 1 } else { 7 })?;
+        m.serialize_field("count", &self.count)?;
+        if !empty {
+            m.serialize_field("mean_s", &self.mean_s)?;
+            m.serialize_field("p50_s", &self.p50_s)?;
+            m.serialize_field("p90_s", &self.p90_s)?;
+            m.serialize_field("p95_s", &self.p95_s)?;
+            m.serialize_field("p99_s", &self.p99_s)?;
+            m.serialize_field("max_s", &self.max_s)?;
+        }
+        m.end()
+    }
 }
 
 /// Fewest finished requests on which an undecided error objective is settled by its point
@@ -484,6 +512,37 @@ impl PhaseResult {
 
 #[cfg(test)]
 mod tests {
+    /// An empty summary is written as its count alone (no 0.0 latencies that read as measured);
+    /// a full one keeps every field; both read back, as do old files with zeros.
+    #[test]
+    fn an_empty_latency_summary_has_no_figures() {
+        let empty = super::LatencySummary::default();
+        let v = serde_json::to_value(&empty).unwrap();
+        assert_eq!(v, serde_json::json!({"count": 0}));
+        let back: super::LatencySummary = serde_json::from_value(v).unwrap();
+        assert_eq!(back, empty);
+        let full = super::LatencySummary {
+            count: 3,
+            mean_s: 0.2,
+            p50_s: 0.1,
+            p90_s: 0.3,
+            p95_s: 0.35,
+            p99_s: 0.39,
+            max_s: 0.4,
+        };
+        let v = serde_json::to_value(&full).unwrap();
+        assert_eq!(v["p95_s"], 0.35);
+        assert_eq!(
+            serde_json::from_value::<super::LatencySummary>(v).unwrap(),
+            full
+        );
+        let old: super::LatencySummary = serde_json::from_str(
+            r#"{"count":0,"mean_s":0.0,"p50_s":0.0,"p90_s":0.0,"p95_s":0.0,"p99_s":0.0,"max_s":0.0}"#,
+        )
+        .unwrap();
+        assert_eq!(old, empty);
+    }
+
     use super::*;
 
     fn level(load: f64, verdict: Verdict, observed: &[(&str, f64, f64)]) -> LevelResult {
