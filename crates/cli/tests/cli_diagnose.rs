@@ -450,11 +450,8 @@ fn http(content_type: &str, body: &str) -> String {
 
 #[test]
 fn bad_endpoints_exit_2_naming_the_url() {
-    // a port nobody listens on: bind, read the port, close
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // a port nobody listens on (reserved while the test runs)
+    let (_reserved_port, port) = refusing_port();
     let url = format!("http://127.0.0.1:{port}/metrics");
     assert_bad(
         &headroom(&["diagnose", "--url", &url, "--duration", "0s"]),
@@ -1355,10 +1352,7 @@ fn gpu_telemetry_hints_fit_each_mode() {
         "{h}"
     );
     // --url with --dcgm pointing at an exporter that is not there: the flag is not missing
-    let dead = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let (_reserved_dead, dead) = refusing_port();
     let port = canned_server(http("text/plain; version=0.0.4", &body), 2);
     let url = format!("http://127.0.0.1:{port}/metrics");
     let o = headroom(&[
@@ -1574,4 +1568,14 @@ fn low_prefix_reuse_is_judged_against_the_runs_workload() {
             .iter()
             .any(|r| r.contains("sets no shared prefix"))
     );
+}
+
+/// A loopback port that refuses connections (bound, never listening) and stays reserved while
+/// the returned socket lives. A port bound and closed again could be taken by a server of a test
+/// running beside this one, which then answered the "unreachable" request (it happened in CI).
+fn refusing_port() -> (tokio::net::TcpSocket, u16) {
+    let s = tokio::net::TcpSocket::new_v4().expect("socket");
+    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let port = s.local_addr().expect("local addr").port();
+    (s, port)
 }

@@ -5,7 +5,6 @@
 //! project's `scripts/test` sets it after `scripts/install-prometheus`), in which case it fails.
 
 use serde_json::Value;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -218,10 +217,7 @@ fn builtin_slo_snaps_to_the_stricter_bound_with_a_warning() {
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
     assert!(stderr(&o).contains("not a bucket bound"), "{}", stderr(&o));
     // slo budget gets past the SLI (and fails only on the unreachable Prometheus)
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let (_reserved_port, port) = refusing_port();
     let o = headroom(&[
         "slo",
         "budget",
@@ -323,10 +319,7 @@ fn autoscale_on_kv_and_waiting_never_gpu_utilisation() {
 fn budget_against_an_unreachable_prometheus_names_the_url() {
     let dir = tempfile::tempdir().unwrap();
     let slo = write(dir.path(), "slo.yaml", ON_BUCKET);
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let (_reserved_port, port) = refusing_port();
     let url = format!("http://127.0.0.1:{port}");
     let o = headroom(&[
         "slo",
@@ -486,4 +479,14 @@ fn refusals_point_at_the_key_in_the_file() {
         )),
         "{e}"
     );
+}
+
+/// A loopback port that refuses connections (bound, never listening) and stays reserved while
+/// the returned socket lives. A port bound and closed again could be taken by a server of a test
+/// running beside this one, which then answered the "unreachable" request (it happened in CI).
+fn refusing_port() -> (tokio::net::TcpSocket, u16) {
+    let s = tokio::net::TcpSocket::new_v4().expect("socket");
+    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let port = s.local_addr().expect("local addr").port();
+    (s, port)
 }

@@ -205,12 +205,7 @@ async fn timeout_and_cancel() {
 
 #[tokio::test]
 async fn unreachable_target_is_transport() {
-    // bind then drop a listener: the port is (almost certainly) closed
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (_reserved, port) = refusing_port();
     let t = Target::with_config(
         &format!("http://127.0.0.1:{port}"),
         None,
@@ -560,4 +555,14 @@ async fn a_request_the_server_read_and_dropped_is_not_sent_again() {
     );
     drop(t);
     assert!(h.join().unwrap() <= 3);
+}
+
+/// A loopback port that refuses connections (bound, never listening) and stays reserved while
+/// the returned socket lives. A port bound and closed again could be taken by a server of a test
+/// running beside this one, which then answered the "unreachable" request (it happened in CI).
+fn refusing_port() -> (tokio::net::TcpSocket, u16) {
+    let s = tokio::net::TcpSocket::new_v4().expect("socket");
+    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let port = s.local_addr().expect("local addr").port();
+    (s, port)
 }

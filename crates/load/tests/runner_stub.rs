@@ -291,11 +291,7 @@ async fn probe_reports_server_and_errors() {
         }
     );
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (_reserved, port) = refusing_port();
     let t = Target::new(&format!("http://127.0.0.1:{port}"), None, None).unwrap();
     let e = probe(&t, &[Endpoint::Chat]).await.unwrap_err();
     assert!(matches!(e, ProbeError::Unreachable { .. }), "{e}");
@@ -441,4 +437,14 @@ async fn goodput_counts_requests_within_their_class_thresholds() {
         let want = if all_good { c.requests() } else { 0 };
         assert_eq!(c.goodput, want, "TTFT threshold {threshold_s} s");
     }
+}
+
+/// A loopback port that refuses connections (bound, never listening) and stays reserved while
+/// the returned socket lives. A port bound and closed again could be taken by a server of a test
+/// running beside this one, which then answered the "unreachable" request (it happened in CI).
+fn refusing_port() -> (tokio::net::TcpSocket, u16) {
+    let s = tokio::net::TcpSocket::new_v4().expect("socket");
+    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let port = s.local_addr().expect("local addr").port();
+    (s, port)
 }

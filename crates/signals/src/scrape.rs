@@ -402,10 +402,11 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, ScrapeError::Empty { .. }), "{e}");
 
-        // A port nobody listens on: bind, learn the port, close.
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = l.local_addr().unwrap().port();
-        drop(l);
+        // A port nobody listens on, reserved while the test runs (bound, never listening: a port
+        // bound and closed again could be taken by a server of a test running beside this one).
+        let reserved = tokio::net::TcpSocket::new_v4().unwrap();
+        reserved.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = reserved.local_addr().unwrap().port();
         let url = format!("http://127.0.0.1:{port}/metrics");
         let e = scrape_once(&url, Duration::from_secs(5)).await.unwrap_err();
         assert!(matches!(e, ScrapeError::Unreachable { .. }), "{e}");

@@ -143,11 +143,7 @@ async fn impossible_values_are_invalid_data_not_no_data() {
 
 #[tokio::test]
 async fn an_absent_server_gets_the_reason_and_a_question() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (_reserved, port) = refusing_port();
     let prom = PromClient::new(
         &format!("http://bob:pw@127.0.0.1:{port}?k=v"),
         Duration::from_secs(2),
@@ -169,4 +165,14 @@ async fn an_absent_server_gets_the_reason_and_a_question() {
         "{e}"
     );
     assert!(!e.contains("pw") && !e.contains("k=v"), "{e}");
+}
+
+/// A loopback port that refuses connections (bound, never listening) and stays reserved while
+/// the returned socket lives. A port bound and closed again could be taken by a server of a test
+/// running beside this one, which then answered the "unreachable" request (it happened in CI).
+fn refusing_port() -> (tokio::net::TcpSocket, u16) {
+    let s = tokio::net::TcpSocket::new_v4().expect("socket");
+    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let port = s.local_addr().expect("local addr").port();
+    (s, port)
 }
