@@ -3,7 +3,6 @@
 //! and stop `headroom sim` and `headroom gateway` cleanly (exit 0). Every child is bounded: it
 //! is killed if it outlives its deadline.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -36,12 +35,27 @@ fn wait_exit(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// The first `http://HOST:PORT` the child prints on stderr (sim and gateway print their bound
+/// addresses; started on port 0 they cannot race another test for a port). The rest of stderr is
+/// drained in the background so the child never blocks on a full pipe.
+fn printed_addr(child: &mut Child) -> String {
+    use std::io::BufRead;
+    let err = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines() {
+            let Ok(line) = line else { return };
+            if let Some(i) = line.find("http://") {
+                let addr: String = line[i + 7..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                    .collect();
+                let _ = tx.send(addr);
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the child printed no address within 30 s")
 }
 
 /// Waits until `path` exists (the sweep writes manifest.json before its first level).
@@ -99,33 +113,29 @@ fn a_sweep_stopped_by_either_signal_keeps_valid_partial_results() {
 #[test]
 fn sim_and_gateway_stop_cleanly_on_either_signal() {
     for sig in ["INT", "TERM"] {
-        let sim_port = free_port();
         let mut sim = Command::new(BIN)
-            .args(["sim", "--port", &sim_port.to_string(), "--dcgm-port", "0"])
+            .args(["sim", "--port", "0", "--dcgm-port", "0"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let gw_port = free_port();
+        let sim_addr = printed_addr(&mut sim);
         let mut gw = Command::new(BIN)
             .args([
                 "gateway",
                 "--listen",
-                &format!("127.0.0.1:{gw_port}"),
+                "127.0.0.1:0",
                 "--upstream",
-                &format!("http://127.0.0.1:{sim_port}"),
+                &format!("http://{sim_addr}"),
             ])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Both listening: the gateway answers /metrics.
-        let t0 = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", gw_port)).is_err()
-            || std::net::TcpStream::connect(("127.0.0.1", sim_port)).is_err()
-        {
-            assert!(t0.elapsed() < Duration::from_secs(30), "not listening");
-            std::thread::sleep(Duration::from_millis(100));
+        let gw_addr = printed_addr(&mut gw);
+        // Both listening.
+        for a in [&sim_addr, &gw_addr] {
+            assert!(std::net::TcpStream::connect(a.as_str()).is_ok(), "{a}");
         }
         signal(&gw, sig);
         let s = wait_exit(&mut gw, Duration::from_secs(15), "gateway");
