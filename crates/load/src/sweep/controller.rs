@@ -1194,18 +1194,23 @@ fn group_warnings<'a>(
 pub(crate) mod tests {
     use super::group_warnings;
 
-    /// The sweep tells diagnose what its classes share as prefixes, by mix weight.
-    #[test]
-    fn the_prefix_plan_weighs_classes_by_the_mix() {
-        use super::*;
-        let text = "load: {mode: concurrency}\nclasses:\n  - {name: a, weight: 9, endpoint: completions, shared_prefix_tokens: 50, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n  - {name: b, weight: 1, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n";
+    /// The class plans of a workload given as YAML text.
+    fn plans_of(text: &str) -> Vec<super::ClassPlan> {
         let w = crate::workload::Workload::parse(
             text,
             std::path::Path::new("w.yaml"),
             std::path::Path::new("."),
         )
         .unwrap();
-        let plans = ClassPlan::from_workload(&w, None).unwrap();
+        super::ClassPlan::from_workload(&w, None).unwrap()
+    }
+
+    /// The sweep tells diagnose what its classes share as prefixes, by mix weight.
+    #[test]
+    fn the_prefix_plan_weighs_classes_by_the_mix() {
+        use super::*;
+        let text = "load: {mode: concurrency}\nclasses:\n  - {name: a, weight: 9, endpoint: completions, shared_prefix_tokens: 50, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n  - {name: b, weight: 1, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n";
+        let plans = plans_of(text);
         let p = prefix_plan(&plans);
         assert!((p.shared_share - 0.9).abs() < 1e-12, "{p:?}");
         assert!((p.shared_tokens_mean - 45.0).abs() < 1e-9, "{p:?}");
@@ -1219,15 +1224,9 @@ pub(crate) mod tests {
     fn the_send_lag_limit_follows_the_objectives() {
         use super::*;
         let text = "load: {mode: rate}\nclasses:\n  - {name: a, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n  - {name: b, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n";
-        let w = crate::workload::Workload::parse(
-            text,
-            std::path::Path::new("w.yaml"),
-            std::path::Path::new("."),
-        )
-        .unwrap();
         let phase = Phase {
             name: "mix".into(),
-            plans: ClassPlan::from_workload(&w, None).unwrap(),
+            plans: plans_of(text),
         };
         let limit = |yaml: &str| {
             let slo = SloFile::parse(yaml, std::path::Path::new("slo.yaml")).unwrap();
@@ -1249,13 +1248,7 @@ pub(crate) mod tests {
     fn the_mix_leaves_queue_time_to_classes_that_judged_it() {
         use super::*;
         let text = "load: {mode: concurrency}\nclasses:\n  - {name: a, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n  - {name: b, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n";
-        let w = crate::workload::Workload::parse(
-            text,
-            std::path::Path::new("w.yaml"),
-            std::path::Path::new("."),
-        )
-        .unwrap();
-        let plans = ClassPlan::from_workload(&w, None).unwrap();
+        let plans = plans_of(text);
         let queue = Objective::Latency {
             signal: LatencySignal::QueueTime,
             percentile: 95.0,
