@@ -492,8 +492,11 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         }
     });
     eprintln!(
-        "headroom: sweeping {} class(es) of {} at {}; run directory {}",
-        plans.len(),
+        "headroom: sweeping {} of {} at {}; run directory {}",
+        match plans.len() {
+            1 => "1 class".to_string(),
+            n => format!("{n} classes, then their mix"),
+        },
         info.model,
         redact_url(&base),
         run_dir.display()
