@@ -1174,23 +1174,7 @@ fn a_swept_level_is_diagnosed_with_its_class_and_the_sweeps_verdicts() {
         "slo.yaml",
         "objectives:\n  \"*\": {ttft: {p50: 2s}, queue_time: {p50: 300ms}, error_rate: 5%}\n  long: {ttft: {p50: 3s}, queue_time: {p50: 300ms}, error_rate: 5%}\n",
     );
-    let run = dir.path().join("run");
-    let o = headroom(&[
-        "sweep",
-        "--workload",
-        wl.to_str().unwrap(),
-        "--slo",
-        slo.to_str().unwrap(),
-        "--warmup",
-        "0.5",
-        "--measure",
-        "1.5",
-        "--seed",
-        "3",
-        "--out",
-        run.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let run = sweep_embedded(dir.path(), &wl, &slo, "1.5", "3");
     let results: Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
     let phases = results["phases"].as_array().unwrap();
@@ -1470,23 +1454,7 @@ fn low_prefix_reuse_is_judged_against_the_runs_workload() {
         "slo.yaml",
         "objectives:\n  \"*\": {ttft: {p50: 2s}, error_rate: 5%}\n",
     );
-    let run = dir.path().join("run");
-    let o = headroom(&[
-        "sweep",
-        "--workload",
-        wl.to_str().unwrap(),
-        "--slo",
-        slo.to_str().unwrap(),
-        "--warmup",
-        "0.5",
-        "--measure",
-        "2",
-        "--seed",
-        "5",
-        "--out",
-        run.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let run = sweep_embedded(dir.path(), &wl, &slo, "2", "5");
     let r = run.to_str().unwrap();
     let diag = |extra: &[&str]| {
         let mut args = vec!["diagnose", "--format", "json"];
@@ -1578,4 +1546,28 @@ fn refusing_port() -> (tokio::net::TcpSocket, u16) {
     s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
     let port = s.local_addr().expect("local addr").port();
     (s, port)
+}
+
+/// Sweeps the in-process engine twin with `workload` and `slo` (0.5 s warm-up, `measure`
+/// seconds per level, `seed`) into `dir/run`, asserting that the sweep completed; returns the run
+/// directory.
+fn sweep_embedded(dir: &Path, workload: &Path, slo: &Path, measure: &str, seed: &str) -> PathBuf {
+    let run = dir.join("run");
+    let o = headroom(&[
+        "sweep",
+        "--workload",
+        workload.to_str().unwrap(),
+        "--slo",
+        slo.to_str().unwrap(),
+        "--warmup",
+        "0.5",
+        "--measure",
+        measure,
+        "--seed",
+        seed,
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    run
 }
