@@ -188,6 +188,7 @@ pub async fn run(args: SimArgs) -> Result<()> {
         spec: args.spec()?,
         faults: args.faults()?,
         api_key: args.api_key.clone(),
+        first_chunk_probe: None,
     };
     let handle = serve(cfg).await.with_context(|| {
         format!(

@@ -275,6 +275,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
                 spec,
                 faults: Default::default(),
                 api_key: None,
+                first_chunk_probe: None,
             };
             let h = headroom_sim::server::serve(cfg)
                 .await

@@ -8,7 +8,11 @@
 //! the floor any user-space proxy pays on this machine. Clients: closed-loop streams (minimal
 //! hyper HTTP/1.1, one connection each, back to back) on a 2-worker runtime.
 //!
-//! For each concurrency `n` in `STREAMS`, three phases, each `SECONDS` long after a 2 s warm-up:
+//! For each concurrency `n` in `STREAMS`, three phases, each measuring `SECONDS` after a
+//! warm-up that lasts at least 2 s and until every stream has finished its first request (the
+//! first requests all start at once; a proxied path opens its upstream connections in that
+//! burst, so before every stream has gone round once the phases are not comparable: measured
+//! without this, the start-up cohort alone gave the proxied phases +600 ms of TTFT):
 //! 1. `direct`: `n` streams to the twin;
 //! 2. `relay`: `n` streams through the bare relay (CPU floor);
 //! 3. `gateway`: `n` streams through the gateway **and, at the same time**, `WITNESS` streams
@@ -16,8 +20,16 @@
 //!    runtime and the machine's load with the gateway streams, so the gateway's p99 minus the
 //!    witnesses' p99 is the TTFT the gateway path adds, free of the twin's step-to-step noise.
 //!
-//! Printed per phase: requests, SSE events and body frames received, TTFT p50/p90/p99/max (send
-//! → first body frame; every request of a completions stream starts with a content chunk). For
+//! Printed per phase: requests finished, TTFT samples (requests *sent* in the window), SSE events
+//! and body frames received, TTFT p50/p90/p99/max (send → first body frame; every request of a
+//! completions stream starts with a content chunk), and the **path's share** of TTFT, p50 and
+//! p99: each request carries an `X-Request-Id`, the twin's
+//! [`headroom_sim::server::FirstChunkProbe`] records when its handler had the request and when
+//! the first chunk went to hyper, and the path share is the client's TTFT minus that engine
+//! span. The engine's share (queueing, and where in a step the request landed, up to a whole
+//! step) cancels per request, so the gateway's added latency is resolved to microseconds instead
+//! of being lost in step-to-step noise of tens of milliseconds. The path share includes the
+//! client's own stack and its queueing behind the other streams' chunks of the same step. For
 //! the relay and the gateway also the child's CPU over the phase (utime and stime from
 //! `/proc/PID/stat`) per SSE event, split into user and kernel time (on loopback a write also
 //! pays for the receiving socket's TCP processing), its RSS while the streams are open minus its
@@ -238,7 +250,41 @@ struct Counters {
     events: AtomicU64,
     frames: AtomicU64,
     requests: AtomicU64,
+    /// Streams that have finished at least one request (the warm-up waits for all of them).
+    settled: AtomicU64,
     ttft: Mutex<Vec<u64>>,
+    /// Requests sent inside the window: (request id, send, first byte), for [`path_ms`].
+    sent: Mutex<Vec<(u64, Instant, Instant)>>,
+}
+
+/// Request ids the client puts in `X-Request-Id`, unique over the whole run.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What the twin's [`headroom_sim::server::FirstChunkProbe`] saw, by request id: (handler had
+/// the request, first chunk handed to hyper).
+static ENGINE_SIDE: std::sync::LazyLock<Mutex<std::collections::HashMap<u64, (Instant, Instant)>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// The path's share of each TTFT, sorted, ns: (first byte − send) − (first chunk − received).
+/// The engine's share (queueing, where in a step the request landed) cancels per request, so
+/// what is left is client stack, kernel, proxy and the twin's HTTP layer. Requests the probe
+/// did not see (none, normally) are left out.
+fn path_ns(sent: &[(u64, Instant, Instant)]) -> Vec<u64> {
+    let engine = ENGINE_SIDE.lock().expect("lock");
+    let mut v: Vec<u64> = sent
+        .iter()
+        .filter_map(|(id, send, first)| {
+            let (received, chunk) = engine.get(id)?;
+            let client = first.saturating_duration_since(*send);
+            Some(
+                client
+                    .saturating_sub(chunk.saturating_duration_since(*received))
+                    .as_nanos() as u64,
+            )
+        })
+        .collect();
+    v.sort_unstable();
+    v
 }
 
 fn count_events(chunk: &[u8], prev_newline: &mut bool) -> u64 {
@@ -286,6 +332,7 @@ async fn stream_loop(
     };
     tokio::spawn(conn);
     let mut mine = Vec::new();
+    let mut mine_sent = Vec::new();
     let mut sent = 0;
     while !stop.load(Ordering::Relaxed) && sent < limit {
         sent += 1;
@@ -298,6 +345,16 @@ async fn stream_loop(
             .header("content-type", "application/json")
             .body(Full::new(body))
             .expect("request");
+        // Only requests sent inside the window count for TTFT: a request sent during the
+        // warm-up whose first byte lands in the window belongs to the start-up transient.
+        let sent_in_window = record.load(Ordering::Relaxed);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let req = {
+            let mut req = req;
+            req.headers_mut()
+                .insert("x-request-id", hyper::header::HeaderValue::from(id));
+            req
+        };
         let t0 = Instant::now();
         let Ok(resp) = sender.send_request(req).await else {
             break;
@@ -309,8 +366,10 @@ async fn stream_loop(
             if let Ok(data) = frame.into_data() {
                 if first {
                     first = false;
-                    if record.load(Ordering::Relaxed) {
-                        mine.push(t0.elapsed().as_nanos() as u64);
+                    if sent_in_window {
+                        let now = Instant::now();
+                        mine.push((now - t0).as_nanos() as u64);
+                        mine_sent.push((id, t0, now));
                     }
                 }
                 if record.load(Ordering::Relaxed) {
@@ -323,8 +382,12 @@ async fn stream_loop(
         if record.load(Ordering::Relaxed) {
             c.requests.fetch_add(1, Ordering::Relaxed);
         }
+        if sent == 1 {
+            c.settled.fetch_add(1, Ordering::Relaxed);
+        }
     }
     c.ttft.lock().expect("lock").extend(mine);
+    c.sent.lock().expect("lock").extend(mine_sent);
 }
 
 /// `p`-th percentile (nearest rank) of sorted nanoseconds, in milliseconds.
@@ -338,8 +401,12 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
 
 /// What the client side saw of one group of streams.
 struct Seen {
+    /// TTFT samples: requests sent inside the window.
+    samples: usize,
     ttft_ms: [f64; 4],
     mean_ms: f64,
+    /// The path's share of TTFT (see [`path_ns`]): p50, p99, max and mean, µs.
+    path_us: [f64; 4],
     requests: u64,
     events: u64,
     frames: u64,
@@ -349,7 +416,16 @@ impl Seen {
     fn of(c: &Counters) -> Seen {
         let mut v = std::mem::take(&mut *c.ttft.lock().expect("lock"));
         v.sort_unstable();
+        let p = path_ns(&std::mem::take(&mut *c.sent.lock().expect("lock")));
+        let mean = p.iter().map(|x| *x as f64).sum::<f64>() / p.len() as f64 / 1e3;
         Seen {
+            path_us: [
+                pct(&p, 50.0) * 1e3,
+                pct(&p, 99.0) * 1e3,
+                pct(&p, 100.0) * 1e3,
+                mean,
+            ],
+            samples: v.len(),
             ttft_ms: [pct(&v, 50.0), pct(&v, 90.0), pct(&v, 99.0), pct(&v, 100.0)],
             mean_ms: v.iter().map(|x| *x as f64).sum::<f64>() / v.len() as f64 / 1e6,
             requests: c.requests.load(Ordering::Relaxed),
@@ -546,7 +622,17 @@ fn run_phase(
                 )));
             }
         }
+        // Warm-up: at least 2 s, and until every stream has finished its first request. The
+        // first requests all start at once, and a proxied path opens its upstream connections
+        // in that burst, so until each stream has gone round once the paths are not comparable.
+        let everyone = spec.streams + spec.witness.map_or(0, |(_, n)| n);
+        let warm = Instant::now();
         tokio::time::sleep(Duration::from_secs(2)).await;
+        while main.settled.load(Ordering::Relaxed) + wit.settled.load(Ordering::Relaxed) < everyone
+            && warm.elapsed() < Duration::from_secs(120)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let before = if metrics {
             overhead_buckets(spec.addr).await
         } else {
@@ -616,16 +702,19 @@ fn print_row(name: &str, s: &Seen, p: &Phase, streams: u64) {
         ),
     };
     println!(
-        "{:<8} {:>6} {:>8} {:>8} {:>8} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {cpu} {rss} {delay} {:>5.0}% {:>5}",
+        "{:<8} {:>6} {:>8} {:>6} {:>8} {:>8} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.0} {:>7.0} {cpu} {rss} {delay} {:>5.0}% {:>5}",
         name,
         streams,
         s.requests,
+        s.samples,
         s.events,
         s.frames,
         s.ttft_ms[0],
         s.ttft_ms[1],
         s.ttft_ms[2],
         s.ttft_ms[3],
+        s.path_us[0],
+        s.path_us[1],
         p.machine_busy * 100.0,
         p.load,
     );
@@ -660,9 +749,20 @@ fn start_twin(
                 max_model_len: Some(4096),
                 ..SimSpec::default()
             };
+            let probe = headroom_sim::server::FirstChunkProbe(Arc::new(
+                |id: Option<&str>, received: Instant, first: Instant| {
+                    if let Some(id) = id.and_then(|v| v.parse::<u64>().ok()) {
+                        ENGINE_SIDE
+                            .lock()
+                            .expect("lock")
+                            .insert(id, (received, first));
+                    }
+                },
+            ));
             let h = serve(ServerConfig {
                 port: 0,
                 dcgm_port: Some(0),
+                first_chunk_probe: Some(probe),
                 spec,
                 ..ServerConfig::default()
             })
@@ -781,16 +881,19 @@ fn main() {
         relay.child.id()
     );
     println!(
-        "{:<8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>8} {:>8} {:>6} {:>5}",
+        "{:<8} {:>6} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>8} {:>8} {:>6} {:>5}",
         "path",
         "n",
         "requests",
+        "ttft n",
         "events",
         "frames",
         "p50 ms",
         "p90 ms",
         "p99 ms",
         "max ms",
+        "path50µs",
+        "path99µs",
         "µs/ev",
         "user",
         "sys",
@@ -851,7 +954,15 @@ fn main() {
                 let lag = g.lag_us.unwrap_or([f64::NAN; 3]);
                 let (count, within, p99_le) = g.overhead.unwrap_or((0.0, f64::NAN, f64::NAN));
                 println!(
-                    "round {round}, {n} streams: added TTFT vs witnesses mean {:+.2} ms, p50 {:+.2} ms, p99 {:+.2} ms; vs direct phase p50 {:+.2} ms, p99 {:+.2} ms; gateway event-loop delay p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs; gateway overhead (own /metrics, {count} requests): {:.1} % within 0.5 ms, p99 ≤ {p99_le} ms",
+                    "round {round}, {n} streams: added TTFT, path share (engine's share cancelled per request) vs witnesses: mean {:+.1} µs, p50 {:+.1} µs, p99 {:+.1} µs; vs direct phase p50 {:+.1} µs, p99 {:+.1} µs",
+                    g.main.path_us[3] - w.path_us[3],
+                    g.main.path_us[0] - w.path_us[0],
+                    g.main.path_us[1] - w.path_us[1],
+                    g.main.path_us[0] - d.main.path_us[0],
+                    g.main.path_us[1] - d.main.path_us[1],
+                );
+                println!(
+                    "round {round}, {n} streams: added TTFT, whole (engine steps included) vs witnesses mean {:+.2} ms, p50 {:+.2} ms, p99 {:+.2} ms; vs direct phase p50 {:+.2} ms, p99 {:+.2} ms; gateway event-loop delay p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs; gateway overhead (own /metrics, {count} requests): {:.1} % within 0.5 ms, p99 ≤ {p99_le} ms",
                     g.main.mean_ms - w.mean_ms,
                     g.main.ttft_ms[0] - w.ttft_ms[0],
                     g.main.ttft_ms[2] - w.ttft_ms[2],
@@ -876,6 +987,8 @@ impl Phase {
     fn clone_figures(&self) -> Phase {
         Phase {
             main: Seen {
+                samples: 0,
+                path_us: [f64::NAN; 4],
                 ttft_ms: [f64::NAN; 4],
                 mean_ms: f64::NAN,
                 requests: 0,

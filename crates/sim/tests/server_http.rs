@@ -1079,3 +1079,69 @@ async fn idle_and_trickling_connections_close_after_5_s_but_long_requests_do_not
     })
     .await;
 }
+
+/// `ServerConfig::first_chunk_probe` fires once per streaming request, with its `X-Request-Id`,
+/// between the client's send and the client's first byte; its engine-side span (first chunk −
+/// received) adds up to the engine's own `vllm:time_to_first_token_seconds` for those requests.
+/// A non-streaming request does not fire it.
+#[tokio::test]
+async fn first_chunk_probe_brackets_each_streaming_requests_engine_ttft() {
+    use std::sync::{Arc, Mutex};
+    type Seen = Arc<Mutex<Vec<(Option<String>, Instant, Instant)>>>;
+    bounded(async {
+        let seen: Seen = Arc::default();
+        let cfg = ServerConfig {
+            port: 0,
+            dcgm_port: Some(0),
+            spec: spec(1.0),
+            first_chunk_probe: Some(headroom_sim::server::FirstChunkProbe(Arc::new({
+                let seen = seen.clone();
+                move |id: Option<&str>, received, first| {
+                    seen.lock()
+                        .unwrap()
+                        .push((id.map(str::to_owned), received, first))
+                }
+            }))),
+            ..ServerConfig::default()
+        };
+        let srv = serve(cfg).await.expect("server starts");
+        let a = srv.api_addr;
+        let plain = r#"{"prompt":"one two","max_tokens":5,"ignore_eos":true}"#;
+        let r = http(a, "POST", "/v1/completions", Some(plain), &[]).await;
+        assert_eq!(r.status, 200);
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "a non-streaming request fired the probe"
+        );
+        let ttft_sum = |s: &[Sample]| sample(s, "vllm:time_to_first_token_seconds_sum", &[]);
+        let before = ttft_sum(&scrape(a).await);
+        let streaming = r#"{"prompt":"one two","max_tokens":5,"ignore_eos":true,"stream":true}"#;
+        let mut client = Vec::new();
+        for id in [Some("req-a"), Some("req-b"), None] {
+            let headers: Vec<(&str, &str)> = id.map(|v| ("X-Request-Id", v)).into_iter().collect();
+            let sent = Instant::now();
+            let r = http(a, "POST", "/v1/completions", Some(streaming), &headers).await;
+            assert_eq!(r.status, 200);
+            client.push((id, sent, r.event_times[0]));
+        }
+        let after = ttft_sum(&scrape(a).await);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "one call per streaming request: {seen:?}");
+        let mut engine_sum = 0.0;
+        for ((id, sent, first_byte), (pid, received, first_chunk)) in client.iter().zip(&seen) {
+            assert_eq!(pid.as_deref(), *id);
+            assert!(sent <= received && received <= first_chunk && first_chunk <= first_byte);
+            engine_sum += (*first_chunk - *received).as_secs_f64();
+        }
+        // A prefill step of an A10G + Qwen2.5-3B is several ms; the probe and the engine clock
+        // may differ by the driver's delivery jitter, 3 ms per request at most.
+        let want = after - before;
+        assert!(want > 0.003, "engine TTFT sum {want}");
+        assert!(
+            (engine_sum - want).abs() < 0.009,
+            "probe spans {engine_sum} s vs engine TTFT {want} s"
+        );
+        srv.shutdown().await;
+    })
+    .await;
+}

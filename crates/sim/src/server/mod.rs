@@ -30,7 +30,7 @@ mod seeded;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
@@ -67,6 +67,38 @@ pub struct ServerConfig {
     pub faults: Faults,
     /// vLLM `--api-key`: when set, `/v1/*` needs `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
+    /// Called once per streaming completion when its first chunk is handed to the HTTP layer;
+    /// `None` (the default) for the CLI. For benchmarks of what sits between a client and the
+    /// engine: see [`FirstChunkProbe`].
+    pub first_chunk_probe: Option<FirstChunkProbe>,
+}
+
+/// The engine side of a streaming request's time to first token, for benchmarks that separate
+/// the path's latency (client, proxies, kernel) from the engine's (queueing and step
+/// boundaries).
+///
+/// Called from the twin's runtime thread with the request's `X-Request-Id` header (when sent
+/// and valid UTF-8), the instant the handler had the whole request (head and body read), and
+/// the instant the first chunk of the SSE body was handed to hyper for writing. A client that
+/// sends `X-Request-Id` and records its own send and first-byte instants gets the path's share
+/// of its TTFT as `(first byte − send) − (first chunk − received)`, free of where in an engine
+/// step the request happened to arrive. Keep it cheap: it runs on the engine's event loop.
+#[derive(Clone)]
+pub struct FirstChunkProbe(pub Arc<FirstChunkFn>);
+
+/// The callback of a [`FirstChunkProbe`]: `(X-Request-Id, received, first chunk)`.
+pub type FirstChunkFn = dyn Fn(Option<&str>, Instant, Instant) + Send + Sync;
+
+impl std::fmt::Debug for FirstChunkProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FirstChunkProbe(..)")
+    }
+}
+
+impl PartialEq for FirstChunkProbe {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl Default for ServerConfig {
@@ -78,6 +110,7 @@ impl Default for ServerConfig {
             spec: SimSpec::default(),
             faults: Faults::default(),
             api_key: None,
+            first_chunk_probe: None,
         }
     }
 }
@@ -205,6 +238,7 @@ pub async fn serve(cfg: ServerConfig) -> anyhow::Result<ServerHandle> {
         model_root: ecfg.model.hf_name.clone(),
         started_unix,
         api_key: cfg.api_key.clone(),
+        first_chunk_probe: cfg.first_chunk_probe.clone(),
         http: http_metrics::HttpCounters::default(),
         next_index: AtomicU64::new(0),
     });

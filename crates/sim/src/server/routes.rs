@@ -11,11 +11,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -53,6 +54,7 @@ pub(crate) struct AppState {
     pub(crate) model_root: String,
     pub(crate) started_unix: u64,
     pub(crate) api_key: Option<String>,
+    pub(crate) first_chunk_probe: Option<super::FirstChunkProbe>,
     pub(crate) http: HttpCounters,
     /// Arrival number of completion requests (natural stop, faults, ids).
     pub(crate) next_index: AtomicU64,
@@ -254,12 +256,39 @@ async fn dcgm_metrics(State(tx): State<mpsc::UnboundedSender<Command>>) -> Respo
     }
 }
 
-async fn completions(State(s): State<Shared>, body: Bytes) -> Response {
-    serve_completion(s, Endpoint::Completions, body).await
+async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let probe = Probe::arm(&s, &headers);
+    serve_completion(s, Endpoint::Completions, body, probe).await
 }
 
-async fn chat_completions(State(s): State<Shared>, body: Bytes) -> Response {
-    serve_completion(s, Endpoint::ChatCompletions, body).await
+async fn chat_completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let probe = Probe::arm(&s, &headers);
+    serve_completion(s, Endpoint::ChatCompletions, body, probe).await
+}
+
+/// A [`super::FirstChunkProbe`] armed for one request: called when its first chunk goes out.
+struct Probe {
+    probe: super::FirstChunkProbe,
+    request_id: Option<String>,
+    received: Instant,
+}
+
+impl Probe {
+    fn arm(s: &AppState, headers: &HeaderMap) -> Option<Probe> {
+        let probe = s.first_chunk_probe.clone()?;
+        Some(Probe {
+            probe,
+            request_id: headers
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            received: Instant::now(),
+        })
+    }
+
+    fn fire(self) {
+        (self.probe.0)(self.request_id.as_deref(), self.received, Instant::now());
+    }
 }
 
 /// Aborts the request in the engine when dropped before the request finished (client gone).
@@ -277,7 +306,12 @@ impl Drop for AbortGuard {
     }
 }
 
-async fn serve_completion(s: Shared, endpoint: Endpoint, body: Bytes) -> Response {
+async fn serve_completion(
+    s: Shared,
+    endpoint: Endpoint,
+    body: Bytes,
+    probe: Option<Probe>,
+) -> Response {
     let req = match protocol::parse_and_validate(endpoint, &body, &s.ctx) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
@@ -348,6 +382,7 @@ async fn serve_completion(s: Shared, endpoint: Endpoint, body: Bytes) -> Respons
             req.include_usage,
             plan,
             &s.faults,
+            probe,
         );
         let mut resp = Response::new(Body::from_stream(stream));
         resp.headers_mut().insert(
@@ -418,6 +453,8 @@ struct SseStream {
     stall: Option<Pin<Box<Sleep>>>,
     cut_after: Option<u32>,
     cut_now: bool,
+    /// Fired with the first frame.
+    probe: Option<Probe>,
 }
 
 impl SseStream {
@@ -428,6 +465,7 @@ impl SseStream {
         include_usage: bool,
         plan: FaultPlan,
         faults: &Faults,
+        probe: Option<Probe>,
     ) -> Self {
         SseStream {
             guard,
@@ -442,6 +480,7 @@ impl SseStream {
             stall: None,
             cut_after: plan.disconnect_after_tokens,
             cut_now: false,
+            probe,
         }
     }
 }
@@ -490,6 +529,9 @@ impl Stream for SseStream {
             .min();
         if let Some(k) = fault_at {
             upto = upto.min(k);
+        }
+        if let Some(p) = this.probe.take() {
+            p.fire();
         }
         let mut out = BytesMut::with_capacity((upto - this.sent) as usize * 220 + 400);
         if !this.role_sent && this.writer.meta().endpoint == Endpoint::ChatCompletions {
