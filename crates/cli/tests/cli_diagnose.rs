@@ -4,6 +4,7 @@
 //!
 //! Expected figures are read off the fixture files by hand (line numbers cited).
 
+use headroom_testkit::{Killed, prometheus_port, refusing_port};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -622,16 +623,6 @@ fn on_path(name: &str) -> Option<PathBuf> {
     found
 }
 
-/// Kills the child it holds, by PID, when dropped.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `GET path` on loopback, returning the body (HTTP/1.1, `Connection: close`).
 fn http_get(port: u16, path: &str) -> Option<String> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -657,11 +648,6 @@ async fn prometheus_run(bin: PathBuf) {
     .expect("start the engine twin");
     let (api, dcgm) = (handle.api_addr, handle.dcgm_addr);
     let dir = tempdir();
-    let prom_port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let cfg = write(
         dir.path(),
         "prometheus.yml",
@@ -677,14 +663,20 @@ async fn prometheus_run(bin: PathBuf) {
                 "--storage.tsdb.path={}",
                 dir.path().join("data").display()
             ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .arg("--log.level=warn")
+            .arg("--web.listen-address=127.0.0.1:0")
+            .arg("--log.level=info")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("start prometheus"),
     );
+    let prom_port = tokio::task::spawn_blocking({
+        let log = log.clone();
+        move || prometheus_port(&log)
+    })
+    .await
+    .unwrap();
     // wait until Prometheus has scraped the idle twin, so the counters' first samples are 0
     let waited = std::time::Instant::now();
     loop {
@@ -1536,16 +1528,6 @@ fn low_prefix_reuse_is_judged_against_the_runs_workload() {
             .iter()
             .any(|r| r.contains("sets no shared prefix"))
     );
-}
-
-/// A loopback port that refuses connections (bound, never listening) and stays reserved while
-/// the returned socket lives. A port bound and closed again could be taken by a server of a test
-/// running beside this one, which then answered the "unreachable" request (it happened in CI).
-fn refusing_port() -> (tokio::net::TcpSocket, u16) {
-    let s = tokio::net::TcpSocket::new_v4().expect("socket");
-    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
-    let port = s.local_addr().expect("local addr").port();
-    (s, port)
 }
 
 /// Sweeps the in-process engine twin with `workload` and `slo` (0.5 s warm-up, `measure`

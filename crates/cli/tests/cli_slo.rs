@@ -4,6 +4,7 @@
 //! it the check is skipped with a loud message, unless `HEADROOM_REQUIRE_PROMTOOL` is set (the
 //! project's `scripts/test` sets it after `scripts/install-prometheus`), in which case it fails.
 
+use headroom_testkit::refusing_port;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -479,14 +480,4 @@ fn refusals_point_at_the_key_in_the_file() {
         )),
         "{e}"
     );
-}
-
-/// A loopback port that refuses connections (bound, never listening) and stays reserved while
-/// the returned socket lives. A port bound and closed again could be taken by a server of a test
-/// running beside this one, which then answered the "unreachable" request (it happened in CI).
-fn refusing_port() -> (tokio::net::TcpSocket, u16) {
-    let s = tokio::net::TcpSocket::new_v4().expect("socket");
-    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
-    let port = s.local_addr().expect("local addr").port();
-    (s, port)
 }

@@ -8,6 +8,7 @@ use headroom_load::client::{
 use headroom_load::prompt::DrawnRequest;
 use headroom_load::testkit::{StubConfig, StubFault, StubServer};
 use headroom_load::workload::Endpoint;
+use headroom_testkit::refusing_port;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -555,14 +556,4 @@ async fn a_request_the_server_read_and_dropped_is_not_sent_again() {
     );
     drop(t);
     assert!(h.join().unwrap() <= 3);
-}
-
-/// A loopback port that refuses connections (bound, never listening) and stays reserved while
-/// the returned socket lives. A port bound and closed again could be taken by a server of a test
-/// running beside this one, which then answered the "unreachable" request (it happened in CI).
-fn refusing_port() -> (tokio::net::TcpSocket, u16) {
-    let s = tokio::net::TcpSocket::new_v4().expect("socket");
-    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
-    let port = s.local_addr().expect("local addr").port();
-    (s, port)
 }

@@ -8,6 +8,7 @@ use headroom_load::prompt::ClassPlan;
 use headroom_load::runner::{ProbeError, RunOptions, probe, run_level, run_level_with};
 use headroom_load::testkit::{StubConfig, StubFault, StubServer};
 use headroom_load::workload::{Endpoint, Workload};
+use headroom_testkit::refusing_port;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -437,14 +438,4 @@ async fn goodput_counts_requests_within_their_class_thresholds() {
         let want = if all_good { c.requests() } else { 0 };
         assert_eq!(c.goodput, want, "TTFT threshold {threshold_s} s");
     }
-}
-
-/// A loopback port that refuses connections (bound, never listening) and stays reserved while
-/// the returned socket lives. A port bound and closed again could be taken by a server of a test
-/// running beside this one, which then answered the "unreachable" request (it happened in CI).
-fn refusing_port() -> (tokio::net::TcpSocket, u16) {
-    let s = tokio::net::TcpSocket::new_v4().expect("socket");
-    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
-    let port = s.local_addr().expect("local addr").port();
-    (s, port)
 }

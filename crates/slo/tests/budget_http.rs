@@ -11,6 +11,7 @@ use bytes::Bytes;
 use headroom_core::SloFile;
 use headroom_slo::budget::{BudgetOptions, Decision, fetch_budget};
 use headroom_slo::prom_api::PromClient;
+use headroom_testkit::refusing_port;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -165,14 +166,4 @@ async fn an_absent_server_gets_the_reason_and_a_question() {
         "{e}"
     );
     assert!(!e.contains("pw") && !e.contains("k=v"), "{e}");
-}
-
-/// A loopback port that refuses connections (bound, never listening) and stays reserved while
-/// the returned socket lives. A port bound and closed again could be taken by a server of a test
-/// running beside this one, which then answered the "unreachable" request (it happened in CI).
-fn refusing_port() -> (tokio::net::TcpSocket, u16) {
-    let s = tokio::net::TcpSocket::new_v4().expect("socket");
-    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
-    let port = s.local_addr().expect("local addr").port();
-    (s, port)
 }

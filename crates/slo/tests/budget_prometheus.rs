@@ -18,13 +18,14 @@ use bytes::Bytes;
 use headroom_core::SloFile;
 use headroom_slo::budget::{BudgetOptions, Decision, fetch_budget};
 use headroom_slo::prom_api::PromClient;
+use headroom_testkit::{Killed, prometheus_port};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -49,16 +50,6 @@ fn prometheus_bin() -> Option<PathBuf> {
         );
     }
     found
-}
-
-/// Kills the Prometheus it holds, by PID, when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn metrics_body(k: u64) -> String {
@@ -147,16 +138,7 @@ async fn serve_metrics(step: Arc<AtomicU64>) -> u16 {
     port
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start_prometheus(bin: &Path, dir: &Path, target_port: u16) -> (Killed, u16) {
-    let port = free_port();
     let cfg = dir.join("prometheus.yml");
     std::fs::write(
         &cfg,
@@ -165,21 +147,24 @@ fn start_prometheus(bin: &Path, dir: &Path, target_port: u16) -> (Killed, u16) {
         ),
     )
     .unwrap();
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let log_path = dir.join("prometheus.log");
+    let log = std::fs::File::create(&log_path).unwrap();
     let child = Command::new(bin)
         .arg(format!("--config.file={}", cfg.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
             dir.join("data").display()
         ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--log.level=warn")
+        .arg("--web.listen-address=127.0.0.1:0")
+        .arg("--log.level=info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
         .unwrap();
-    (Killed(child), port)
+    let child = Killed(child);
+    let port = prometheus_port(&log_path);
+    (child, port)
 }
 
 /// Waits until `expr` is at least `n`, or panics after `limit` with Prometheus's log.

@@ -121,13 +121,6 @@ impl Drop for LocalProm {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 fn http_get(port: u16, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -182,14 +175,13 @@ fn start_with(prometheus: &Path, promtool: &Path, minutes: i64, with_dcgm: bool)
         "global: {evaluation_interval: 15s}\nscrape_configs: []\n",
     )
     .unwrap();
-    let port = free_port();
     let log = dir.path().join("prometheus.log");
     let child = Command::new(prometheus)
         .arg(format!("--config.file={}", cfg.display()))
         .arg(format!("--storage.tsdb.path={}", data.display()))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--web.listen-address=127.0.0.1:0")
         .arg("--storage.tsdb.retention.time=30d")
-        .arg("--log.level=warn")
+        .arg("--log.level=info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
@@ -197,11 +189,14 @@ fn start_with(prometheus: &Path, promtool: &Path, minutes: i64, with_dcgm: bool)
         .expect("start prometheus");
     let mut prom = LocalProm {
         child,
-        base: format!("http://127.0.0.1:{port}"),
+        base: String::new(),
         end_unix_s: end,
         setup_s: 0.0,
         _dir: dir,
     };
+    // Read only once `prom` owns the child: a panic here still kills it.
+    let port = headroom_testkit::prometheus_port(&log);
+    prom.base = format!("http://127.0.0.1:{port}");
     let q = format!("/api/v1/query?query=vllm%3Anum_requests_running&time={end}");
     let waited = Instant::now();
     loop {

@@ -1,0 +1,95 @@
+//! Scaffolding shared by the integration tests of Headroom's crates: loopback ports that cannot
+//! be raced by a test running beside this one, and child processes that die with the test.
+//!
+//! Only a `[dev-dependencies]` entry: nothing here is part of the product.
+
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// A loopback port that refuses connections (bound, never listening) and stays reserved while
+/// the returned socket lives: `(socket, port)`.
+///
+/// A port bound and closed again could be taken by a server of a test running beside this one,
+/// which then answers the "unreachable" request (it happened in CI).
+///
+/// # Panics
+/// When no IPv4 loopback socket can be bound.
+pub fn refusing_port() -> (tokio::net::TcpSocket, u16) {
+    let s = tokio::net::TcpSocket::new_v4().expect("socket");
+    s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let port = s.local_addr().expect("local addr").port();
+    (s, port)
+}
+
+/// A child process killed (SIGKILL) and reaped when this guard drops, so a failing test leaves
+/// nothing running.
+#[derive(Debug)]
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The port a Prometheus started with `--web.listen-address=127.0.0.1:0 --log.level=info`
+/// bound, read from the line `msg="Listening on" address=127.0.0.1:PORT` of its log file.
+///
+/// An ephemeral port chosen by Prometheus itself cannot be taken by a concurrent test in between,
+/// as a port picked beforehand and released could. Blocks, polling the log every 50 ms.
+///
+/// # Panics
+/// When no such line appears within 30 s (the panic message holds the log).
+pub fn prometheus_port(log: &Path) -> u16 {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(port) = listening_port_in(&text) {
+            return port;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "Prometheus did not report its listening address within 30 s; log:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn listening_port_in(log: &str) -> Option<u16> {
+    log.lines()
+        .filter(|l| l.contains("msg=\"Listening on\""))
+        .find_map(|l| {
+            l.split("address=127.0.0.1:")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_bound_port_not_the_configured_one() {
+        // Prometheus 2.x (Debian) logs both lines; only the second holds the bound port.
+        let log = "ts=2026-11-30T05:21:58.083Z caller=web.go:503 level=info component=web msg=\"Start listening for connections\" address=127.0.0.1:0\n\
+                   ts=2026-11-30T05:21:58.095Z caller=tls_config.go:232 level=info component=web msg=\"Listening on\" address=127.0.0.1:45345\n";
+        assert_eq!(listening_port_in(log), Some(45345));
+        assert_eq!(
+            listening_port_in(&log[..log.find("ts=2026-11-30T05:21:58.095Z").unwrap()]),
+            None
+        );
+    }
+
+    #[test]
+    fn a_refusing_port_refuses() {
+        let (_held, port) = refusing_port();
+        let e = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+}
