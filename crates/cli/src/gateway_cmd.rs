@@ -79,14 +79,14 @@ pub async fn run(a: GatewayArgs) -> Result<()> {
         );
     }
     let classes = classes.join(", ");
+    let mut stop =
+        crate::StopSignal::install().context("cannot install the Ctrl-C and SIGTERM handlers")?;
     let handle = start(cfg).await.context("cannot start the gateway")?;
     eprintln!(
         "headroom gateway on http://{} (metrics at /metrics); classes: {classes}; Ctrl-C or SIGTERM stops",
         handle.addr
     );
-    crate::stop_signal()
-        .await
-        .context("cannot wait for Ctrl-C or SIGTERM")?;
+    stop.recv().await;
     handle.shutdown().await;
     Ok(())
 }

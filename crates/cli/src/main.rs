@@ -35,24 +35,53 @@ enum Command {
     Gateway(gateway_cmd::GatewayArgs),
 }
 
-/// Resolves when the process is asked to stop: Ctrl-C (SIGINT) or, on Unix, SIGTERM (what
-/// `kill`, `timeout` and Kubernetes send). Returns the signal's name for the message.
+/// The process's stop request: Ctrl-C (SIGINT) or, on Unix, SIGTERM (what `kill`, `timeout` and
+/// Kubernetes send).
 ///
-/// # Errors
-/// When the signal handlers cannot be installed.
-pub(crate) async fn stop_signal() -> std::io::Result<&'static str> {
+/// The handlers are installed by [`StopSignal::install`], before the command announces that it
+/// is up: a signal that arrives between the announcement and the first wait is then still a
+/// clean stop, not the default action that kills the process on the spot.
+pub(crate) struct StopSignal {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate())?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map(|()| "Ctrl-C"),
-            _ = term.recv() => Ok("SIGTERM"),
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl StopSignal {
+    /// Installs the handlers now. Call inside the runtime.
+    ///
+    /// # Errors
+    /// When the signal handlers cannot be installed.
+    pub(crate) fn install() -> std::io::Result<StopSignal> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(StopSignal {
+                int: signal(SignalKind::interrupt())?,
+                term: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(StopSignal {})
         }
     }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await.map(|()| "Ctrl-C")
+
+    /// Resolves at the next stop request with the signal's name for the message.
+    pub(crate) async fn recv(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.int.recv() => "Ctrl-C",
+                _ = self.term.recv() => "SIGTERM",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
     }
 }
 

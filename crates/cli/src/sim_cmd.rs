@@ -190,6 +190,8 @@ pub async fn run(args: SimArgs) -> Result<()> {
         api_key: args.api_key.clone(),
         first_chunk_probe: None,
     };
+    let mut stop =
+        crate::StopSignal::install().context("cannot install the Ctrl-C and SIGTERM handlers")?;
     let handle = serve(cfg).await.with_context(|| {
         format!(
             "cannot start the engine twin on {}:{}",
@@ -200,9 +202,7 @@ pub async fn run(args: SimArgs) -> Result<()> {
         "headroom sim: OpenAI API on http://{} (metrics at /metrics), dcgm-exporter on http://{}/metrics. Ctrl-C or SIGTERM stops.",
         handle.api_addr, handle.dcgm_addr
     );
-    crate::stop_signal()
-        .await
-        .context("cannot wait for Ctrl-C or SIGTERM")?;
+    stop.recv().await;
     handle.shutdown().await;
     Ok(())
 }

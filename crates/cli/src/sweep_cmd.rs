@@ -155,6 +155,10 @@ const QUICK_MEASURE_S: u64 = 4;
 /// Runs the sweep; exit status 0 when it completed (whatever the verdicts), 130 when stopped by
 /// Ctrl-C or SIGTERM (partial results written).
 pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
+    // From here on Ctrl-C and SIGTERM stop the sweep cleanly (a signal before the first level
+    // starts cancels it at once), instead of killing the process.
+    let mut stop =
+        crate::StopSignal::install().context("cannot install the Ctrl-C and SIGTERM handlers")?;
     if args.print_defaults {
         println!(
             "# workload.yaml (built-in)\n\
@@ -461,12 +465,11 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     {
         let c = cancel.clone();
         tokio::spawn(async move {
-            if let Ok(sig) = crate::stop_signal().await {
-                eprintln!(
-                    "\nheadroom: {sig}: stopping after cancelling in-flight requests; finished levels are kept"
-                );
-                c.cancel();
-            }
+            let sig = stop.recv().await;
+            eprintln!(
+                "\nheadroom: {sig}: stopping after cancelling in-flight requests; finished levels are kept"
+            );
+            c.cancel();
         });
     }
     // What each run file's latest write did, so the closing line names only files that exist.

@@ -110,6 +110,9 @@ fn a_sweep_stopped_by_either_signal_keeps_valid_partial_results() {
     }
 }
 
+/// A signal that arrives right after the process announced its address is a clean stop too:
+/// the handlers are installed before the announcement (a supervisor may stop a process the
+/// moment it is up; before the fix, a signal in that window killed it with the default action).
 #[test]
 fn sim_and_gateway_stop_cleanly_on_either_signal() {
     for sig in ["INT", "TERM"] {
@@ -133,15 +136,31 @@ fn sim_and_gateway_stop_cleanly_on_either_signal() {
             .spawn()
             .unwrap();
         let gw_addr = printed_addr(&mut gw);
-        // Both listening.
-        for a in [&sim_addr, &gw_addr] {
-            assert!(std::net::TcpStream::connect(a.as_str()).is_ok(), "{a}");
-        }
+        // At once, as a supervisor might.
         signal(&gw, sig);
         let s = wait_exit(&mut gw, Duration::from_secs(15), "gateway");
-        assert!(s.success(), "gateway on SIG{sig}: {s}");
+        assert!(s.success(), "gateway on SIG{sig} right after start: {s}");
+        assert!(
+            std::net::TcpStream::connect(gw_addr.as_str()).is_err(),
+            "{gw_addr} still open"
+        );
+        // After serving a while.
+        assert!(
+            std::net::TcpStream::connect(sim_addr.as_str()).is_ok(),
+            "{sim_addr}"
+        );
         signal(&sim, sig);
         let s = wait_exit(&mut sim, Duration::from_secs(15), "sim");
         assert!(s.success(), "sim on SIG{sig}: {s}");
+        let mut sim = Command::new(BIN)
+            .args(["sim", "--port", "0", "--dcgm-port", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _ = printed_addr(&mut sim);
+        signal(&sim, sig);
+        let s = wait_exit(&mut sim, Duration::from_secs(15), "sim");
+        assert!(s.success(), "sim on SIG{sig} right after start: {s}");
     }
 }
