@@ -19,9 +19,12 @@ use std::fmt;
 pub struct RequestFacts {
     /// `model`, if a string.
     pub model: Option<String>,
-    /// `stream: true`.
+    /// `stream`, read as vLLM's pydantic request model reads it in lax mode (see [`lax_bool`]).
     pub stream: bool,
-    /// `max_tokens`, else `max_completion_tokens`, if a non-negative integer.
+    /// `max_tokens`, else `max_completion_tokens`, when it reads as a non-negative integer the
+    /// way vLLM's pydantic model reads it (see [`lax_u64`]). `None` when absent: the request may
+    /// then generate up to the rest of the context window (chat; `/v1/completions` defaults to
+    /// 16), so a class rule with a `max_tokens` range does not match it.
     pub max_tokens: Option<u64>,
     /// Estimated prompt tokens (see the module doc).
     pub prompt_tokens_est: u64,
@@ -84,10 +87,12 @@ impl<'de> Visitor<'de> for FactsVisitor {
                         _ => None,
                     }
                 }
-                Key::Stream => f.stream = map.next_value::<serde_json::Value>()? == true,
-                Key::MaxTokens => f.max_tokens = map.next_value::<serde_json::Value>()?.as_u64(),
+                Key::Stream => {
+                    f.stream = lax_bool(&map.next_value::<serde_json::Value>()?).unwrap_or(false);
+                }
+                Key::MaxTokens => f.max_tokens = lax_u64(&map.next_value::<serde_json::Value>()?),
                 Key::MaxCompletionTokens => {
-                    max_completion = map.next_value::<serde_json::Value>()?.as_u64();
+                    max_completion = lax_u64(&map.next_value::<serde_json::Value>()?);
                 }
                 Key::Prompt | Key::Messages => {
                     let s = map.next_value::<TextSize>()?;
@@ -104,6 +109,54 @@ impl<'de> Visitor<'de> for FactsVisitor {
         }
         f.prompt_tokens_est = chars.div_ceil(4) + ids;
         Ok(f)
+    }
+}
+
+/// A JSON value as an integer the way pydantic v2 reads an `int` field in lax mode (vLLM's
+/// OpenAI request models are pydantic models; the engine twin accepts the same forms): an
+/// integer, a float with no fractional part (`1000.0`, `1e3`), a string holding a decimal
+/// integer (surrounding whitespace allowed), or a boolean (`true` = 1). Negative or other
+/// values give `None` (vLLM refuses them), so a client cannot slip past a class rule by writing
+/// the same number another way.
+pub fn lax_u64(v: &serde_json::Value) -> Option<u64> {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            let f = n.as_f64()?;
+            // 2^64 is exactly representable; anything at or above it does not fit.
+            (f >= 0.0 && f.fract() == 0.0 && f < 18_446_744_073_709_551_616.0).then_some(f as u64)
+        }),
+        Value::String(s) => {
+            let t = s.trim();
+            let digits = t.strip_prefix('+').unwrap_or(t);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            digits.parse().ok()
+        }
+        Value::Bool(b) => Some(u64::from(*b)),
+        _ => None,
+    }
+}
+
+/// A JSON value as a boolean the way pydantic v2 reads a `bool` field in lax mode: `true` /
+/// `false`, the integers (and integral floats) 0 and 1, and the strings `0 1 f t n y no on off
+/// yes true false` in any case. Anything else is `None`.
+pub fn lax_bool(v: &serde_json::Value) -> Option<bool> {
+    use serde_json::Value;
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::Number(n) => match n.as_f64()? {
+            0.0 => Some(false),
+            1.0 => Some(true),
+            _ => None,
+        },
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "1" | "t" | "y" | "on" | "yes" | "true" => Some(true),
+            "0" | "f" | "n" | "no" | "off" | "false" => Some(false),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -274,8 +327,61 @@ mod tests {
         let f = RequestFacts::from_body(br#"{"prompt":[1,2,3,4,5],"max_tokens":-1}"#).unwrap();
         assert_eq!((f.prompt_tokens_est, f.max_tokens), (5, None));
         // Wrong types are left to the upstream.
-        let f = RequestFacts::from_body(br#"{"model":5,"stream":"yes"}"#).unwrap();
+        let f = RequestFacts::from_body(br#"{"model":5,"stream":"maybe"}"#).unwrap();
         assert_eq!((f.model, f.stream), (None, false));
+    }
+
+    /// A number a client writes another way (`"1000"`, `1000.0`, `1e3`) reads as vLLM's
+    /// pydantic model reads it, so it cannot land in another class (and escape that class's
+    /// concurrency limit). Forms from pydantic v2's lax-mode conversion table.
+    #[test]
+    fn max_tokens_and_stream_read_as_vllm_reads_them() {
+        for (v, want) in [
+            ("1000", Some(1000)),
+            ("1000.0", Some(1000)),
+            ("1e3", Some(1000)),
+            ("\"1000\"", Some(1000)),
+            ("\" 1000 \"", Some(1000)),
+            ("\"+7\"", Some(7)),
+            ("true", Some(1)),
+            ("1000.5", None),
+            ("-1", None),
+            ("-1.0", None),
+            ("\"1e3\"", None),
+            ("\"10 00\"", None),
+            ("\"\"", None),
+            ("1e300", None),
+            ("null", None),
+            ("[5]", None),
+        ] {
+            for key in ["max_tokens", "max_completion_tokens"] {
+                let body = format!(r#"{{"{key}":{v}}}"#);
+                let f = RequestFacts::from_body(body.as_bytes()).unwrap();
+                assert_eq!(f.max_tokens, want, "{body}");
+            }
+        }
+        for (v, want) in [
+            ("true", true),
+            ("\"true\"", true),
+            ("\"Yes\"", true),
+            ("\"on\"", true),
+            ("\"1\"", true),
+            ("1", true),
+            ("1.0", true),
+            ("false", false),
+            ("\"off\"", false),
+            ("0", false),
+            ("2", false),
+            ("\"maybe\"", false),
+            ("null", false),
+        ] {
+            let body = format!(r#"{{"stream":{v}}}"#);
+            assert_eq!(
+                RequestFacts::from_body(body.as_bytes()).unwrap().stream,
+                want,
+                "{body}"
+            );
+        }
     }
 
     #[test]
