@@ -19,6 +19,14 @@
 //!   dropping the upstream body closes the upstream connection, which is how vLLM learns to
 //!   abort.
 //!
+//! An SSE stream is forwarded event by event: a frame is passed on up to the end of its last
+//! complete event (a blank line), and the bytes of an event cut across frames wait for the frame
+//! that completes it (vLLM writes whole events, so this is rare and costs one comparison per
+//! frame otherwise). What the client has received therefore always ends at an event boundary,
+//! so the error event the gateway appends when a stream fails is read as an event of its own,
+//! not glued to half an event (an SSE parser cannot discard half an event once it has it). An
+//! event that grows past [`MAX_HELD_EVENT`] without ending is passed on as it comes.
+//!
 //! TTFT and ITL are observed as content chunks of an SSE stream arrive; a non-streaming answer
 //! has no first chunk of generated text, so it gets neither (nor TPOT, which needs TTFT). E2E
 //! (acceptance → the last byte received from upstream, or `data: [DONE]`) is observed for every
@@ -32,7 +40,7 @@ use crate::error::error_event;
 use crate::metrics::{ClassMetrics, GatewayOutcome};
 use crate::sse::{EventInfo, Finish, SseScanner};
 use crate::upstream::UpstreamBody;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use headroom_core::signal::RequestTiming;
 use http::StatusCode;
 use hyper::body::{Body, Frame, SizeHint};
@@ -50,8 +58,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum ProxyBody {
     /// A body the gateway wrote (errors, `/metrics`).
     Full(Option<Bytes>),
-    /// An upstream body passed through unmeasured (`/v1/models`, `/health`, …).
-    Plain(Box<UpstreamBody>),
+    /// An upstream body passed through unmeasured (`/v1/models`, `/health`, …), under the
+    /// gateway's idle and total deadlines.
+    Plain(Box<PlainBody>),
     /// A measured completion response.
     Measured(Box<MeasuredBody>),
 }
@@ -73,7 +82,7 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Plain(i) => Pin::new(i.as_mut()).poll_frame(cx).map_err(Into::into),
+            ProxyBody::Plain(i) => Pin::new(i.as_mut()).poll_frame(cx),
             ProxyBody::Measured(m) => Pin::new(m.as_mut()).poll_frame(cx),
         }
     }
@@ -81,7 +90,7 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ProxyBody::Full(b) => b.is_none(),
-            ProxyBody::Plain(i) => i.is_end_stream(),
+            ProxyBody::Plain(i) => i.upstream.is_end_stream(),
             ProxyBody::Measured(m) => matches!(m.state, State::Done),
         }
     }
@@ -90,7 +99,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ProxyBody::Full(None) => SizeHint::with_exact(0),
-            ProxyBody::Plain(i) => i.size_hint(),
+            ProxyBody::Plain(i) => i.upstream.size_hint(),
             ProxyBody::Measured(m) => match (&m.upstream, m.sse) {
                 // A stream may get an error event appended: no exact size.
                 (Some(i), false) => i.size_hint(),
@@ -98,6 +107,139 @@ impl Body for ProxyBody {
             },
         }
     }
+}
+
+/// Which deadline passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expired {
+    /// `timeouts.total`, counted from acceptance.
+    Total,
+    /// `timeouts.idle`: this long without an upstream frame.
+    Idle(Duration),
+}
+
+impl Expired {
+    fn message(self) -> String {
+        match self {
+            Expired::Total => "the request exceeded the gateway's total timeout".to_string(),
+            Expired::Idle(d) => format!(
+                "the upstream sent nothing for {:.3} s (the gateway's idle timeout)",
+                d.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// The idle and total deadlines of one forwarded body (see the module doc).
+#[derive(Debug)]
+struct Deadlines {
+    last_frame: Instant,
+    total: Instant,
+    idle: Duration,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl Deadlines {
+    fn new(now: Instant, total: Instant, idle: Duration) -> Deadlines {
+        Deadlines {
+            last_frame: now,
+            total,
+            idle,
+            timer: Box::pin(tokio::time::sleep_until(total.min(now + idle).into())),
+        }
+    }
+
+    /// Records a frame that arrived at `now`; `Err` when the total deadline has passed.
+    #[inline]
+    fn frame(&mut self, now: Instant) -> Result<(), Expired> {
+        self.last_frame = now;
+        if now >= self.total {
+            return Err(Expired::Total);
+        }
+        Ok(())
+    }
+
+    /// Ready with the deadline that passed; otherwise the timer is armed for the nearer one and
+    /// will wake the task.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Expired> {
+        while self.timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            let idle_deadline = self.last_frame + self.idle;
+            if now >= self.total {
+                return Poll::Ready(Expired::Total);
+            }
+            if now >= idle_deadline {
+                return Poll::Ready(Expired::Idle(self.idle));
+            }
+            // Poll again so the re-armed timer registers the waker.
+            self.timer
+                .as_mut()
+                .reset(self.total.min(idle_deadline).into());
+        }
+        Poll::Pending
+    }
+}
+
+/// An unmeasured upstream body under the gateway's deadlines: when one passes, the body fails
+/// (the client's connection is cut) and the upstream request is dropped (cancelled).
+#[derive(Debug)]
+pub struct PlainBody {
+    upstream: UpstreamBody,
+    deadlines: Deadlines,
+}
+
+impl PlainBody {
+    /// Wraps `upstream`; `total_deadline` is acceptance + the total timeout.
+    pub fn new(upstream: UpstreamBody, total_deadline: Instant, idle: Duration) -> PlainBody {
+        PlainBody {
+            upstream,
+            deadlines: Deadlines::new(Instant::now(), total_deadline, idle),
+        }
+    }
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.upstream).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) => {
+                if let Err(e) = this.deadlines.frame(Instant::now()) {
+                    return Poll::Ready(Some(Err(e.message().into())));
+                }
+                Poll::Ready(Some(Ok(f)))
+            }
+            Poll::Ready(other) => Poll::Ready(other.map(|r| r.map_err(Into::into))),
+            Poll::Pending => match this.deadlines.poll(cx) {
+                Poll::Ready(e) => Poll::Ready(Some(Err(e.message().into()))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+/// Largest incomplete SSE event held back (bytes); a longer one is passed on as it comes.
+pub const MAX_HELD_EVENT: usize = 1 << 20;
+
+/// The length of the prefix of `b` that ends with a blank line (the end of its last complete
+/// SSE event), given that `b` starts at an event boundary. Line ends are LF, CRLF or a lone CR
+/// (WHATWG HTML, "Server-sent events", parsing an event stream).
+fn complete_events_len(b: &[u8]) -> usize {
+    let (mut line_start, mut last, mut i) = (0, 0, 0);
+    while let Some(off) = memchr::memchr2(b'\n', b'\r', &b[i..]) {
+        let j = i + off;
+        let end = if b[j] == b'\r' && b.get(j + 1) == Some(&b'\n') {
+            j + 2
+        } else {
+            j + 1
+        };
+        if j == line_start {
+            last = end;
+        }
+        line_start = end;
+        i = end;
+    }
+    last
 }
 
 #[derive(Debug)]
@@ -128,12 +270,13 @@ pub struct MeasuredBody {
     tokens: Option<u32>,
     error_event: bool,
     done_at: Option<Instant>,
-    last_frame: Instant,
     kept: Vec<Bytes>,
     kept_len: usize,
-    total_deadline: Instant,
-    idle: Duration,
-    timer: Pin<Box<Sleep>>,
+    deadlines: Deadlines,
+    /// Bytes of an SSE event not complete yet (see the module doc).
+    held: BytesMut,
+    /// Hold incomplete events back (2xx SSE, until one outgrows [`MAX_HELD_EVENT`]).
+    hold: bool,
     state: State,
     finished: bool,
 }
@@ -161,7 +304,6 @@ impl MeasuredBody {
     /// Wraps `upstream`.
     pub fn new(upstream: UpstreamBody, m: Measure) -> MeasuredBody {
         let now = Instant::now();
-        let first = m.total_deadline.min(now + m.idle);
         let empty = upstream.is_end_stream();
         let mut body = MeasuredBody {
             upstream: Some(upstream),
@@ -177,12 +319,11 @@ impl MeasuredBody {
             tokens: None,
             error_event: false,
             done_at: None,
-            last_frame: now,
             kept: Vec::new(),
             kept_len: 0,
-            total_deadline: m.total_deadline,
-            idle: m.idle,
-            timer: Box::pin(tokio::time::sleep_until(first.into())),
+            deadlines: Deadlines::new(now, m.total_deadline, m.idle),
+            held: BytesMut::new(),
+            hold: m.sse && m.fixed.is_none(),
             state: State::Streaming,
             finished: false,
         };
@@ -312,12 +453,14 @@ impl MeasuredBody {
     }
 
     /// Ends the stream early: drops the upstream (cancelling it), and for SSE queues an error
-    /// event for the client.
+    /// event for the client (the bytes of an incomplete event are dropped: the client has
+    /// received whole events only, so the error event is read on its own).
     fn fail(&mut self, o: GatewayOutcome, status: StatusCode, message: &str) -> Option<BoxError> {
         self.end(o, Instant::now());
         self.upstream = None;
+        self.held.clear();
         if self.sse && self.fixed.is_none() {
-            self.state = State::Tail(Bytes::from(error_event(status, message)));
+            self.state = State::Tail(self.error_tail(status, message));
             None
         } else {
             self.state = State::Done;
@@ -325,9 +468,61 @@ impl MeasuredBody {
         }
     }
 
+    /// The SSE error event that ends a failed stream. It starts with a blank line only when
+    /// holding back gave up on an overlong event (the client may hold part of one).
+    fn error_tail(&self, status: StatusCode, message: &str) -> Bytes {
+        let event = error_event(status, message);
+        if self.hold {
+            Bytes::from(event)
+        } else {
+            let mut b = Vec::with_capacity(event.len() + 2);
+            b.extend_from_slice(b"\n\n");
+            b.extend_from_slice(event.as_ref());
+            Bytes::from(b)
+        }
+    }
+
+    /// What of an SSE frame can go to the client now: up to the end of its last complete
+    /// event, with any bytes held back before it. `None` when nothing is complete yet.
+    #[inline]
+    fn pass_complete(&mut self, d: Bytes) -> Option<Bytes> {
+        if !self.hold {
+            return Some(d);
+        }
+        if self.held.is_empty() {
+            // The common case: a frame of whole events.
+            if d.ends_with(b"\n\n") || d.ends_with(b"\r\n\r\n") {
+                return Some(d);
+            }
+            let n = complete_events_len(&d);
+            if n == d.len() {
+                return Some(d);
+            }
+            self.held.extend_from_slice(&d[n..]);
+            self.check_held();
+            return (n > 0).then(|| d.slice(..n));
+        }
+        self.held.extend_from_slice(&d);
+        let n = complete_events_len(&self.held);
+        if n == 0 {
+            self.check_held();
+            return (!self.hold).then(|| std::mem::take(&mut self.held).freeze());
+        }
+        Some(self.held.split_to(n).freeze())
+    }
+
+    /// Gives up holding back an event that has outgrown [`MAX_HELD_EVENT`].
+    fn check_held(&mut self) {
+        if self.held.len() > MAX_HELD_EVENT {
+            self.hold = false;
+        }
+    }
+
     /// The upstream body has ended (its last frame was received): decides the outcome, ends the
     /// request, and queues what the client still gets — an SSE error event for a stream that
-    /// ended without finishing, or nothing ([`State::Done`], so `is_end_stream` is true at once).
+    /// ended without finishing, else the bytes of an incomplete last event if any were held back
+    /// (the client's SSE parser drops them, as it would have without the gateway), or nothing
+    /// ([`State::Done`], so `is_end_stream` is true at once).
     fn upstream_ended(&mut self, now: Instant) {
         let o = self.outcome_at_end();
         self.end(o, now);
@@ -338,10 +533,13 @@ impl MeasuredBody {
             && !self.error_event
             && !matches!(self.finish, Some(Finish::Failed))
         {
-            State::Tail(Bytes::from(error_event(
+            self.held.clear();
+            State::Tail(self.error_tail(
                 StatusCode::BAD_GATEWAY,
                 "the upstream ended the stream without a finish_reason",
-            )))
+            ))
+        } else if !self.held.is_empty() {
+            State::Tail(std::mem::take(&mut self.held).freeze())
         } else {
             State::Done
         };
@@ -371,17 +569,33 @@ impl MeasuredBody {
             match Pin::new(up).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     let now = Instant::now();
-                    this.last_frame = now;
-                    if let Some(d) = frame.data_ref() {
-                        this.on_data(d, now);
+                    if let Err(e) = this.deadlines.frame(now) {
+                        if let Some(err) = this.fail(
+                            GatewayOutcome::Timeout,
+                            StatusCode::GATEWAY_TIMEOUT,
+                            &e.message(),
+                        ) {
+                            return Poll::Ready(Some(Err(err)));
+                        }
+                        continue;
                     }
+                    let out = match frame.into_data() {
+                        Ok(d) => {
+                            this.on_data(&d, now);
+                            this.pass_complete(d).map(Frame::data)
+                        }
+                        Err(other) => Some(other),
+                    };
                     // A body of known length is complete with its last byte: hyper stops
                     // polling once it has written Content-Length bytes and drops us, so the
                     // end is decided here, not when `None` would have come.
                     if this.upstream.as_ref().is_some_and(Body::is_end_stream) {
                         this.upstream_ended(now);
                     }
-                    return Poll::Ready(Some(Ok(frame)));
+                    match out {
+                        Some(f) => return Poll::Ready(Some(Ok(f))),
+                        None => continue,
+                    }
                 }
                 Poll::Ready(Some(Err(e))) => {
                     let msg = format!("the upstream connection broke mid-response: {e}");
@@ -398,33 +612,14 @@ impl MeasuredBody {
                 }
                 Poll::Pending => {}
             }
-            if this.timer.as_mut().poll(cx).is_ready() {
-                let now = Instant::now();
-                let idle_deadline = this.last_frame + this.idle;
-                if now >= this.total_deadline {
-                    let msg = "the request exceeded the gateway's total timeout";
-                    if let Some(err) =
-                        this.fail(GatewayOutcome::Timeout, StatusCode::GATEWAY_TIMEOUT, msg)
-                    {
-                        return Poll::Ready(Some(Err(err)));
-                    }
-                    continue;
+            if let Poll::Ready(e) = this.deadlines.poll(cx) {
+                if let Some(err) = this.fail(
+                    GatewayOutcome::Timeout,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    &e.message(),
+                ) {
+                    return Poll::Ready(Some(Err(err)));
                 }
-                if now >= idle_deadline {
-                    let msg = format!(
-                        "the upstream sent nothing for {:.3} s (the gateway's idle timeout)",
-                        this.idle.as_secs_f64()
-                    );
-                    if let Some(err) =
-                        this.fail(GatewayOutcome::Timeout, StatusCode::GATEWAY_TIMEOUT, &msg)
-                    {
-                        return Poll::Ready(Some(Err(err)));
-                    }
-                    continue;
-                }
-                let next = this.total_deadline.min(idle_deadline);
-                this.timer.as_mut().reset(next.into());
-                // Poll again so the re-armed timer registers the waker.
                 continue;
             }
             return Poll::Pending;

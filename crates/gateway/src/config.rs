@@ -15,10 +15,15 @@
 //!   - name: chat
 //!     route: chat                           # chat | completions
 //!     models: [qwen2.5-3b]
-//!     max_tokens: {max: 1024}               # [min, max) on the request's max_tokens
+//!     max_tokens: {max: 1024}               # [min, max) on the request's max_tokens; a
+//!                                           # request without one may run to the context
+//!                                           # limit and does not match: give default_class
+//!                                           # a concurrency limit too
 //!     concurrency: {limit: 64, queue: 256, queue_timeout: 1s, retry_after: 2s}
 //! default_class: {name: default}            # its own pool and concurrency are optional too
 //! timeouts: {header_read: 10s, body_read: 30s, connect: 5s, first_byte: 60s, idle: 60s, total: 10m}
+//!                                           # first_byte: streaming requests only (a
+//!                                           # non-streaming answer's head comes when it is done)
 //! max_body_bytes: 4194304
 //! api_key_env: HEADROOM_GATEWAY_API_KEY     # clients must send `Authorization: Bearer <key>`
 //! upstream_api_key_env: VLLM_API_KEY        # sent upstream as `Authorization: Bearer <key>`
@@ -150,7 +155,9 @@ pub struct TimeoutsFile {
     /// TCP connect to an upstream.
     #[serde(default, deserialize_with = "de_connect")]
     pub connect: Option<Duration>,
-    /// From forwarding to the upstream's response head.
+    /// From forwarding to the upstream's response head, for streaming requests. A
+    /// non-streaming answer's head comes only when generation has finished, so only `total`
+    /// bounds it.
     #[serde(default, deserialize_with = "de_first_byte")]
     pub first_byte: Option<Duration>,
     /// Longest silence between two body frames of an upstream response.

@@ -4,15 +4,16 @@
 //! One HTTP/1.1 server (hyper) on the listen address serves `/metrics` itself and forwards the
 //! OpenAI API: `POST /v1/chat/completions` and `POST /v1/completions` are classified, admitted
 //! and measured; the rest of `/v1/*` and `/health`, `/version`, `/ping`, `/tokenize`,
-//! `/detokenize` pass through unmeasured; any other path is a 404 (engine admin endpoints are not
-//! exposed). Upstream connections (`TCP_NODELAY`, connect timeout) are driven inside the task of
+//! `/detokenize` pass through unmeasured, with no admission limit but under the same deadlines;
+//! any other path, and vLLM's LoRA management under `/v1/`, is a 404 (engine admin endpoints
+//! are not exposed). With `api_key_env`, `/v1/*` needs the key, as with vLLM's `--api-key`. Upstream connections (`TCP_NODELAY`, connect timeout) are driven inside the task of
 //! the client's connection and kept in a pool per upstream ([`crate::upstream`]); a pool of
 //! upstreams is used round-robin, and a request whose connection could not be made is tried
 //! once on each other member of its pool (it never reached an engine, so this is safe).
 //!
 //! Status codes the gateway answers itself: 400 malformed JSON, 401 bad API key, 404 unknown
 //! path, 408 body too slow, 413 body too large, 429 queue full, 503 queue timeout, 502 upstream
-//! unreachable, 504 no response head within `first_byte`. Every response carries `x-request-id`
+//! unreachable, 504 no response head within `first_byte` (streaming) or `total` (non-streaming). Every response carries `x-request-id`
 //! and `traceparent` (see [`crate::ids`]). Prompts and completions are never logged.
 //!
 //! Every classified request is counted in exactly one `outcome`: by the handler for refusals and
@@ -20,7 +21,7 @@
 //! (`client_cancel`), and from the head on by the measured body ([`crate::body`]).
 
 use crate::admit::{Limiter, Refusal, Slot};
-use crate::body::{Measure, MeasuredBody, ProxyBody};
+use crate::body::{Measure, MeasuredBody, PlainBody, ProxyBody};
 use crate::classify::{RequestFacts, classify, tenant_of};
 use crate::config::{GatewayConfig, Route, Upstream, is_hop_by_hop};
 use crate::error::error_json;
@@ -182,7 +183,10 @@ impl Gateway {
                 &format!("no route {path} at the gateway"),
             );
         }
+        // As vLLM's `--api-key`: only `/v1/*` needs the key, so uptime probes of `/health`
+        // work without it.
         if let Some(key) = &self.cfg.api_key
+            && path.starts_with("/v1/")
             && !authorized(req.headers().get(AUTHORIZATION), key)
         {
             self.metrics.invalid(InvalidReason::Unauthorized);
@@ -197,7 +201,7 @@ impl Gateway {
             Err(r) => return r,
         };
         let Some(route) = route else {
-            return self.forward_plain(&parts, body, corr).await;
+            return self.forward_plain(&parts, body, corr, accepted).await;
         };
         let facts = match RequestFacts::from_body(&body) {
             Ok(f) => f,
@@ -236,7 +240,8 @@ impl Gateway {
         let pool = &self.cfg.classes[class].pool;
         // Before dispatch: body read, parsing, classification and admission bookkeeping.
         let before_upstream = accepted.elapsed().saturating_sub(waited);
-        let resp = match self.forward(pool, &parts, body, corr).await {
+        let head_within = self.head_within(facts.stream, accepted);
+        let resp = match self.forward(pool, &parts, body, corr, head_within).await {
             Ok(r) => r,
             Err((o, r)) => {
                 gone.disarm();
@@ -355,13 +360,28 @@ impl Gateway {
         b.body(Full::new(body)).ok()
     }
 
-    /// Sends to the pool's members in round-robin order until one accepts the connection.
+    /// How long the upstream may take to send the response head: `timeouts.first_byte` for a
+    /// streaming request, whose head comes with the stream's start; the rest of
+    /// `timeouts.total` for a non-streaming one, whose head comes only with the finished answer
+    /// (vLLM sends it when generation ends).
+    fn head_within(&self, stream: bool, accepted: Instant) -> Duration {
+        let rest = (accepted + self.cfg.timeouts.total).saturating_duration_since(Instant::now());
+        if stream {
+            rest.min(self.cfg.timeouts.first_byte)
+        } else {
+            rest
+        }
+    }
+
+    /// Sends to the pool's members in round-robin order until one accepts the connection;
+    /// `head_within` bounds the wait for the response head.
     async fn forward(
         &self,
         pool: &str,
         parts: &http::request::Parts,
         body: Bytes,
         corr: &Correlation,
+        head_within: Duration,
     ) -> Result<Response<UpstreamBody>, (GatewayOutcome, Response<ProxyBody>)> {
         let Some(p) = self.pools.get(pool) else {
             return Err((
@@ -376,11 +396,15 @@ impl Gateway {
         let start = p.next.fetch_add(1, Ordering::Relaxed);
         let mut reasons = Vec::new();
         for i in 0..n {
-            let Member { up, conns } = &p.members[(start + i) % n];
+            let k = (start + i) % n;
+            let Member { up, conns } = &p.members[k];
+            // Clients are told which member of which pool, never its address (the operator's
+            // gateway.yaml lists them in that order).
+            let who = format!("upstream {} of {n} in pool `{pool}`", k + 1);
             let conns = match conns {
                 Ok(c) => c,
                 Err(e) => {
-                    reasons.push(format!("{}: {e}", up.base));
+                    reasons.push(format!("{who}: {e}"));
                     continue;
                 }
             };
@@ -393,19 +417,15 @@ impl Gateway {
                     ),
                 ));
             };
-            let first_byte = self.cfg.timeouts.first_byte;
-            match tokio::time::timeout(first_byte, conns.request(req)).await {
+            match tokio::time::timeout(head_within, conns.request(req)).await {
                 Ok(Ok(r)) => return Ok(r),
                 Ok(Err(UpstreamError::Connect(e))) => {
-                    reasons.push(format!("{}: {e}", up.base));
+                    reasons.push(format!("{who}: {e}"));
                 }
                 Ok(Err(UpstreamError::Transport(e))) => {
                     return Err((
                         GatewayOutcome::UpstreamError,
-                        error(
-                            StatusCode::BAD_GATEWAY,
-                            &format!("upstream {} failed: {e}", up.base),
-                        ),
+                        error(StatusCode::BAD_GATEWAY, &format!("{who} failed: {e}")),
                     ));
                 }
                 Err(_) => {
@@ -414,9 +434,8 @@ impl Gateway {
                         error(
                             StatusCode::GATEWAY_TIMEOUT,
                             &format!(
-                                "upstream {} sent no response head within {:.3} s",
-                                up.base,
-                                first_byte.as_secs_f64()
+                                "{who} sent no response head within {:.3} s",
+                                head_within.as_secs_f64()
                             ),
                         ),
                     ));
@@ -435,20 +454,31 @@ impl Gateway {
         ))
     }
 
-    /// Forwards an unmeasured request (models, health, …) and passes the answer through.
+    /// Forwards an unmeasured request (models, health, …) and passes the answer through,
+    /// under the idle and total deadlines. A JSON body that asks for `stream` gets the
+    /// streaming head deadline.
     async fn forward_plain(
         &self,
         parts: &http::request::Parts,
         body: Bytes,
         corr: &Correlation,
+        accepted: Instant,
     ) -> Response<ProxyBody> {
+        let stream =
+            parts.method == Method::GET || RequestFacts::from_body(&body).is_ok_and(|f| f.stream);
+        let head_within = self.head_within(stream, accepted);
         match self
-            .forward(crate::config::DEFAULT_POOL, parts, body, corr)
+            .forward(crate::config::DEFAULT_POOL, parts, body, corr, head_within)
             .await
         {
             Ok(r) => {
                 let (mut p, b) = r.into_parts();
                 strip_hop_by_hop(&mut p.headers, false);
+                let b = PlainBody::new(
+                    b,
+                    accepted + self.cfg.timeouts.total,
+                    self.cfg.timeouts.idle,
+                );
                 Response::from_parts(p, ProxyBody::Plain(Box::new(b)))
             }
             Err((_, r)) => r,
@@ -513,28 +543,51 @@ struct Correlation {
     tracestate: Option<HeaderValue>,
 }
 
+/// Paths forwarded unmeasured: the OpenAI API under `/v1/` and vLLM's read-only endpoints,
+/// but not vLLM's runtime LoRA management (`/v1/load_lora_adapter`, `/v1/unload_lora_adapter`,
+/// enabled by `VLLM_ALLOW_RUNTIME_LORA_UPDATING`), which changes what the engine serves.
 fn passthrough_path(path: &str) -> bool {
-    path.starts_with("/v1/")
+    (path.starts_with("/v1/")
+        && !matches!(path, "/v1/load_lora_adapter" | "/v1/unload_lora_adapter"))
         || matches!(
             path,
             "/health" | "/version" | "/ping" | "/tokenize" | "/detokenize"
         )
 }
 
-/// `Authorization: Bearer <key>` compared in constant time (for keys of the same length).
+/// `Authorization: Bearer <key>`, the key compared in constant time (for keys of the same
+/// length); the scheme name in any case (RFC 9110 §11.1: auth schemes are case-insensitive).
 fn authorized(h: Option<&HeaderValue>, key: &str) -> bool {
-    let Some(token) = h.and_then(|v| v.as_bytes().strip_prefix(b"Bearer ")) else {
+    let Some(v) = h.map(HeaderValue::as_bytes) else {
         return false;
     };
+    let Some((scheme, token)) = v.split_at_checked(7) else {
+        return false;
+    };
+    if !scheme.eq_ignore_ascii_case(b"bearer ") {
+        return false;
+    }
     token.ct_eq(key.as_bytes()).into()
 }
 
+/// Removes the hop-by-hop headers of an upstream response before it goes to the client: the
+/// fixed list ([`is_hop_by_hop`]; `content-length` only for SSE, which is re-framed) and every
+/// header the response's own `Connection` header names (RFC 9110 §7.6.1), so an upstream cannot
+/// pass a header meant for its hop through the gateway.
 fn strip_hop_by_hop(h: &mut http::HeaderMap, sse: bool) {
-    let drop: Vec<HeaderName> = h
-        .keys()
-        .filter(|k| is_hop_by_hop(k) && (sse || *k != CONTENT_LENGTH))
-        .cloned()
+    let mut drop: Vec<HeaderName> = h
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|k| sse || *k != CONTENT_LENGTH)
         .collect();
+    drop.extend(
+        h.keys()
+            .filter(|k| is_hop_by_hop(k) && (sse || *k != CONTENT_LENGTH))
+            .cloned(),
+    );
     for k in drop {
         h.remove(k);
     }
@@ -688,8 +741,12 @@ mod tests {
 
     #[test]
     fn api_key_check() {
-        let ok = HeaderValue::from_static("Bearer sk-1");
-        assert!(authorized(Some(&ok), "sk-1"));
+        for ok in ["Bearer sk-1", "bearer sk-1", "BEARER sk-1"] {
+            assert!(
+                authorized(Some(&HeaderValue::from_static(ok)), "sk-1"),
+                "{ok}"
+            );
+        }
         for bad in [
             "Bearer sk-2",
             "Bearer sk-1x",
@@ -737,10 +794,35 @@ mod tests {
     }
 
     #[test]
+    fn headers_a_response_names_in_connection_are_not_forwarded() {
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, X-Secret ,x-other"),
+        );
+        h.append("connection", HeaderValue::from_static("close"));
+        h.insert("x-secret", HeaderValue::from_static("internal"));
+        h.insert("x-other", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-kept", HeaderValue::from_static("2"));
+        h.insert(CONTENT_LENGTH, HeaderValue::from_static("10"));
+        strip_hop_by_hop(&mut h, false);
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-length", "x-kept"]);
+        h.insert("connection", HeaderValue::from_static("content-length"));
+        strip_hop_by_hop(&mut h, true);
+        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["x-kept"]);
+    }
+
+    #[test]
     fn paths() {
         assert!(passthrough_path("/v1/models"));
         assert!(passthrough_path("/health"));
         assert!(!passthrough_path("/reset_prefix_cache"));
+        assert!(!passthrough_path("/v1/load_lora_adapter"));
+        assert!(!passthrough_path("/v1/unload_lora_adapter"));
         assert!(!passthrough_path("/v1"));
     }
 }

@@ -21,8 +21,9 @@
 //! end of file, the connection future completes and is dropped at once, so hyper closes its
 //! channels and the request fails fast instead of waiting), and the request goes to the next
 //! connection. A request sent on a reused connection whose close had not been read yet, and
-//! that died with no response head, is sent again on another connection: the server closed the
-//! connection before it took the request.
+//! that died with no response head within 10 ms, is sent again once on another connection: the
+//! server most likely closed the connection before it took the request
+//! ([`headroom_core::retry::may_resend_written`]).
 //!
 //! A connection goes back to the pool only after its response body ended cleanly; one dropped
 //! earlier (client gone, timeout, error) closes its socket at once, which is how vLLM learns to
@@ -328,8 +329,11 @@ impl Conns {
     /// new one and waits for the response head, driving the connection in the calling task.
     /// A request an idle connection refused unsent, or that died with no response head on a
     /// reused connection the server closed as it was sent ([`may_resend_written`]: within
-    /// 10 ms, once), goes to the next connection; a new connection is the last try. A request
-    /// the upstream read and then dropped is never sent twice.
+    /// 10 ms, once), goes to the next connection; a new connection is the last try. So a
+    /// request is sent at most twice, and twice only when the upstream closed a reused
+    /// connection within 10 ms of the send without answering: the keep-alive race, which an
+    /// upstream that reads a request and drops the connection at once looks exactly like. One
+    /// that drops it later, or on a fresh connection, gets no second copy.
     ///
     /// # Errors
     /// [`UpstreamError::Connect`] when no connection could be made, else
