@@ -36,6 +36,7 @@
 //! operation per frame.
 
 use crate::admit::Slot;
+use crate::drain::DrainWatch;
 use crate::error::error_event;
 use crate::metrics::{ClassMetrics, GatewayOutcome};
 use crate::sse::{EventInfo, Finish, SseScanner};
@@ -186,14 +187,25 @@ impl Deadlines {
 pub struct PlainBody {
     upstream: UpstreamBody,
     deadlines: Deadlines,
+    drain: DrainWatch,
 }
 
+/// Why a body ends when the gateway's drain ran out.
+const DRAIN_OVER: &str = "the gateway is shutting down and its drain time (timeouts.drain) ran out";
+
 impl PlainBody {
-    /// Wraps `upstream`; `total_deadline` is acceptance + the total timeout.
-    pub fn new(upstream: UpstreamBody, total_deadline: Instant, idle: Duration) -> PlainBody {
+    /// Wraps `upstream`; `total_deadline` is acceptance + the total timeout. When `drain` ends,
+    /// the body fails.
+    pub fn new(
+        upstream: UpstreamBody,
+        total_deadline: Instant,
+        idle: Duration,
+        drain: DrainWatch,
+    ) -> PlainBody {
         PlainBody {
             upstream,
             deadlines: Deadlines::new(Instant::now(), total_deadline, idle),
+            drain,
         }
     }
 
@@ -212,6 +224,9 @@ impl PlainBody {
             Poll::Ready(other) => Poll::Ready(other.map(|r| r.map_err(Into::into))),
             Poll::Pending => match this.deadlines.poll(cx) {
                 Poll::Ready(e) => Poll::Ready(Some(Err(e.message().into()))),
+                Poll::Pending if this.drain.poll_over(cx) => {
+                    Poll::Ready(Some(Err(DRAIN_OVER.into())))
+                }
                 Poll::Pending => Poll::Pending,
             },
         }
@@ -277,6 +292,7 @@ pub struct MeasuredBody {
     held: BytesMut,
     /// Hold incomplete events back (2xx SSE, until one outgrows [`MAX_HELD_EVENT`]).
     hold: bool,
+    drain: DrainWatch,
     state: State,
     finished: bool,
 }
@@ -298,6 +314,8 @@ pub struct Measure {
     pub total_deadline: Instant,
     /// Longest silence between two upstream frames.
     pub idle: Duration,
+    /// Ends the body when the gateway's drain runs out.
+    pub drain: DrainWatch,
 }
 
 impl MeasuredBody {
@@ -324,6 +342,7 @@ impl MeasuredBody {
             deadlines: Deadlines::new(now, m.total_deadline, m.idle),
             held: BytesMut::new(),
             hold: m.sse && m.fixed.is_none(),
+            drain: m.drain,
             state: State::Streaming,
             finished: false,
         };
@@ -569,12 +588,13 @@ impl MeasuredBody {
             match Pin::new(up).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     let now = Instant::now();
-                    if let Err(e) = this.deadlines.frame(now) {
-                        if let Some(err) = this.fail(
-                            GatewayOutcome::Timeout,
-                            StatusCode::GATEWAY_TIMEOUT,
-                            &e.message(),
-                        ) {
+                    let expired = this.deadlines.frame(now).err();
+                    if expired.is_some() || this.drain.is_over() {
+                        let (status, msg) = match expired {
+                            Some(e) => (StatusCode::GATEWAY_TIMEOUT, e.message()),
+                            None => (StatusCode::SERVICE_UNAVAILABLE, DRAIN_OVER.to_string()),
+                        };
+                        if let Some(err) = this.fail(GatewayOutcome::Timeout, status, &msg) {
                             return Poll::Ready(Some(Err(err)));
                         }
                         continue;
@@ -612,12 +632,15 @@ impl MeasuredBody {
                 }
                 Poll::Pending => {}
             }
-            if let Poll::Ready(e) = this.deadlines.poll(cx) {
-                if let Some(err) = this.fail(
-                    GatewayOutcome::Timeout,
-                    StatusCode::GATEWAY_TIMEOUT,
-                    &e.message(),
-                ) {
+            let stop = match this.deadlines.poll(cx) {
+                Poll::Ready(e) => Some((StatusCode::GATEWAY_TIMEOUT, e.message())),
+                Poll::Pending if this.drain.poll_over(cx) => {
+                    Some((StatusCode::SERVICE_UNAVAILABLE, DRAIN_OVER.to_string()))
+                }
+                Poll::Pending => None,
+            };
+            if let Some((status, msg)) = stop {
+                if let Some(err) = this.fail(GatewayOutcome::Timeout, status, &msg) {
                     return Poll::Ready(Some(Err(err)));
                 }
                 continue;

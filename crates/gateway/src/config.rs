@@ -21,9 +21,11 @@
 //!                                           # a concurrency limit too
 //!     concurrency: {limit: 64, queue: 256, queue_timeout: 1s, retry_after: 2s}
 //! default_class: {name: default}            # its own pool and concurrency are optional too
-//! timeouts: {header_read: 10s, body_read: 30s, connect: 5s, first_byte: 60s, idle: 60s, total: 10m}
+//! timeouts: {header_read: 10s, body_read: 30s, connect: 5s, first_byte: 60s, idle: 60s, total: 10m, drain: 25s}
 //!                                           # first_byte: streaming requests only (a
-//!                                           # non-streaming answer's head comes when it is done)
+//!                                           # non-streaming answer's head comes when it is done);
+//!                                           # drain: on SIGTERM, how long open requests may
+//!                                           # finish (below the supervisor's kill timeout)
 //! max_body_bytes: 4194304
 //! api_key_env: HEADROOM_GATEWAY_API_KEY     # clients must send `Authorization: Bearer <key>`
 //! upstream_api_key_env: VLLM_API_KEY        # sent upstream as `Authorization: Bearer <key>`
@@ -166,6 +168,12 @@ pub struct TimeoutsFile {
     /// Longest whole request, from acceptance to the end of the response.
     #[serde(default, deserialize_with = "de_total")]
     pub total: Option<Duration>,
+    /// On SIGTERM or Ctrl-C: how long open requests may still finish (new connections are
+    /// refused at once). Streams still open then end with an SSE error event. Keep it below
+    /// the time the supervisor waits before it kills the process (Kubernetes'
+    /// `terminationGracePeriodSeconds`, 30 s by default).
+    #[serde(default, deserialize_with = "de_drain")]
+    pub drain: Option<Duration>,
 }
 
 /// `gateway.yaml`.
@@ -275,6 +283,8 @@ pub struct Timeouts {
     pub idle: Duration,
     /// Default 10 min.
     pub total: Duration,
+    /// Default 25 s (inside Kubernetes' default 30 s grace period).
+    pub drain: Duration,
 }
 
 impl Default for Timeouts {
@@ -286,6 +296,7 @@ impl Default for Timeouts {
             first_byte: Duration::from_secs(60),
             idle: Duration::from_secs(60),
             total: Duration::from_secs(600),
+            drain: Duration::from_secs(25),
         }
     }
 }
@@ -576,6 +587,7 @@ impl GatewayConfig {
             first_byte: t.first_byte.unwrap_or(d.first_byte),
             idle: t.idle.unwrap_or(d.idle),
             total: t.total.unwrap_or(d.total),
+            drain: t.drain.unwrap_or(d.drain),
         };
         let env_key = |field: &str, var: &Option<String>| -> Result<Option<String>, ConfigError> {
             match var {
@@ -711,6 +723,7 @@ named_durations! {
     de_first_byte => "timeouts.first_byte",
     de_idle => "timeouts.idle",
     de_total => "timeouts.total",
+    de_drain => "timeouts.drain",
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@
 //! (per-class limit and wait queue), [`proxy`] (the server and forwarding, assembled in one
 //! place), [`upstream`] (upstream connections, driven in the client's task), [`body`] (the
 //! measured pass-through), [`sse`] (reading the stream for measurement), [`metrics`]
-//! (Prometheus export), [`error`] (OpenAI-shaped errors).
+//! (Prometheus export), [`error`] (OpenAI-shaped errors), [`drain`] (ending open streams at
+//! shutdown).
 //!
 //! ```no_run
 //! # async fn run() -> anyhow::Result<()> {
@@ -27,6 +28,7 @@ pub mod admit;
 pub mod body;
 pub mod classify;
 pub mod config;
+pub mod drain;
 pub mod error;
 pub mod ids;
 pub mod metrics;

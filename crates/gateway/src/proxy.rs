@@ -24,6 +24,7 @@ use crate::admit::{Limiter, Refusal, Slot};
 use crate::body::{Measure, MeasuredBody, PlainBody, ProxyBody};
 use crate::classify::{RequestFacts, classify, tenant_of};
 use crate::config::{GatewayConfig, Route, Upstream, is_hop_by_hop};
+use crate::drain::Drain;
 use crate::error::error_json;
 use crate::ids;
 use crate::metrics::{CONTENT_TYPE, ClassMetrics, GatewayOutcome, InvalidReason, Metrics};
@@ -49,8 +50,8 @@ const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
-/// How long [`GatewayHandle::shutdown`] lets open connections finish.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// After the drain ran out, how long the bodies still open get to write their error event.
+const DRAIN_TAIL: Duration = Duration::from_secs(2);
 
 /// Shared state of a running gateway.
 #[derive(Debug)]
@@ -60,6 +61,7 @@ pub struct Gateway {
     limiters: Vec<Option<Limiter>>,
     pools: BTreeMap<String, Pool>,
     upstream_auth: Option<HeaderValue>,
+    drain: Arc<Drain>,
 }
 
 #[derive(Debug)]
@@ -127,6 +129,7 @@ impl Gateway {
             limiters,
             pools,
             upstream_auth,
+            drain: Arc::default(),
         }
     }
 
@@ -271,6 +274,7 @@ impl Gateway {
                 fixed,
                 total_deadline: accepted + self.cfg.timeouts.total,
                 idle: self.cfg.timeouts.idle,
+                drain: self.drain.watch(),
             },
         );
         Response::from_parts(rparts, ProxyBody::Measured(Box::new(body)))
@@ -478,6 +482,7 @@ impl Gateway {
                     b,
                     accepted + self.cfg.timeouts.total,
                     self.cfg.timeouts.idle,
+                    self.drain.watch(),
                 );
                 Response::from_parts(p, ProxyBody::Plain(Box::new(b)))
             }
@@ -650,11 +655,14 @@ pub struct GatewayHandle {
 }
 
 impl GatewayHandle {
-    /// Stops accepting, lets open connections finish for up to 5 s, then drops them.
+    /// Stops accepting and closes idle connections at once; lets open requests finish for up
+    /// to `timeouts.drain`; then ends the streams still open with an SSE error event (counted
+    /// `timeout`), gives them [`DRAIN_TAIL`] to write it, and drops what is left.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let mut task = self.task;
-        if tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), &mut task)
+        let drain = self.gateway.cfg.timeouts.drain;
+        if tokio::time::timeout(drain + DRAIN_TAIL + Duration::from_secs(1), &mut task)
             .await
             .is_err()
         {
@@ -672,11 +680,10 @@ pub async fn start(cfg: GatewayConfig) -> std::io::Result<GatewayHandle> {
         std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen))
     })?;
     let addr = listener.local_addr()?;
-    let header_read = cfg.timeouts.header_read;
     let gateway = Arc::new(Gateway::new(cfg));
     let (stop, stop_rx) = watch::channel(false);
     let gw = gateway.clone();
-    let task = tokio::spawn(accept_loop(listener, gw, stop_rx, header_read));
+    let task = tokio::spawn(accept_loop(listener, gw, stop_rx));
     Ok(GatewayHandle {
         addr,
         gateway,
@@ -690,12 +697,9 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    gw: Arc<Gateway>,
-    mut stop: watch::Receiver<bool>,
-    header_read: Duration,
-) {
+async fn accept_loop(listener: TcpListener, gw: Arc<Gateway>, mut stop: watch::Receiver<bool>) {
+    let header_read = gw.cfg.timeouts.header_read;
+    let drain = gw.cfg.timeouts.drain;
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -717,8 +721,10 @@ async fn accept_loop(
                     tokio::select! {
                         _ = conn.as_mut() => {}
                         () = stopped(&mut stop) => {
+                            // Idle keep-alive connections close now; one with a request in
+                            // flight closes once its response is done.
                             conn.as_mut().graceful_shutdown();
-                            let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
+                            let _ = tokio::time::timeout(drain + DRAIN_TAIL, conn).await;
                         }
                     }
                 });
@@ -728,7 +734,16 @@ async fn accept_loop(
         }
     }
     drop(listener);
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
+    let ended = Instant::now() + drain;
+    loop {
+        match tokio::time::timeout_at(ended.into(), conns.join_next()).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(_) => break,
+        }
+    }
+    gw.drain.end();
+    let _ = tokio::time::timeout(DRAIN_TAIL, async {
         while conns.join_next().await.is_some() {}
     })
     .await;

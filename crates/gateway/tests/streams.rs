@@ -348,3 +348,97 @@ async fn unmeasured_routes_are_under_the_idle_timeout() {
     );
     gw.shutdown().await;
 }
+
+/// `body` streamed through `gw`: the whole body as text (10 s bound), and when its first frame
+/// arrived.
+async fn stream_text(
+    gw: SocketAddr,
+    body: String,
+    first: tokio::sync::oneshot::Sender<()>,
+) -> String {
+    let req = Request::post(format!("http://{gw}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let fut = async {
+        let resp = client().request(req).await.expect("request sent");
+        let mut b = resp.into_body();
+        let mut text = String::new();
+        let mut first = Some(first);
+        while let Some(Ok(f)) = b.frame().await {
+            if let Ok(d) = f.into_data() {
+                if let Some(tx) = first.take() {
+                    let _ = tx.send(());
+                }
+                text.push_str(&String::from_utf8_lossy(&d));
+            }
+        }
+        text
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .expect("answer within 10 s")
+}
+
+/// On shutdown (SIGTERM, Ctrl-C) the gateway refuses new connections, lets open streams
+/// finish within `timeouts.drain`, and ends those still open then with an SSE error event (503,
+/// counted `timeout`) instead of cutting them mid-chunk after a fixed 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_then_ends_open_streams_with_an_error_event() {
+    let twin = twin(1.0, Faults::default(), None).await;
+    let gw = gateway("timeouts: {drain: 600ms}\n", &[url(twin.api_addr)], None).await;
+    let addr = gw.addr;
+    let (tx_short, rx_short) = tokio::sync::oneshot::channel();
+    let (tx_long, rx_long) = tokio::sync::oneshot::channel();
+    let short = tokio::spawn(stream_text(addr, completion_body("p", 6), tx_short));
+    let long = tokio::spawn(stream_text(addr, completion_body("p", 2000), tx_long));
+    rx_short.await.unwrap();
+    rx_long.await.unwrap();
+    let t0 = Instant::now();
+    let metrics = gw.gateway.clone();
+    gw.shutdown().await;
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(550) && took < Duration::from_millis(2500),
+        "shutdown took {took:?}"
+    );
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "still accepting"
+    );
+    let short = short.await.unwrap();
+    let ev = events(&short);
+    assert!(
+        ev.iter()
+            .any(|e| e["choices"][0]["finish_reason"] == "length"),
+        "{short}"
+    );
+    assert!(!short.contains("\"error\""), "{short}");
+    let long = long.await.unwrap();
+    let ev = events(&long);
+    assert_eq!(
+        ev.last(),
+        Some(&serde_json::Value::Null),
+        "ends with [DONE]: {long}"
+    );
+    let err = &ev[ev.len() - 2]["error"];
+    assert_eq!(err["code"], 503, "{long}");
+    assert!(
+        err["message"].as_str().unwrap().contains("shutting down"),
+        "{err}"
+    );
+    let text = metrics.metrics_text();
+    for (outcome, n) in [("length", 1.0), ("timeout", 1.0)] {
+        assert_eq!(
+            value(
+                &text,
+                &format!(
+                    "headroom_gateway_requests_total{{class=\"default\",tenant=\"other\",outcome=\"{outcome}\"}}"
+                )
+            ),
+            Some(n),
+            "{outcome}"
+        );
+    }
+    twin.shutdown().await;
+}
