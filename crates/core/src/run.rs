@@ -318,8 +318,12 @@ pub struct LevelResult {
     /// Goodput (DistServe; vLLM `bench serve --goodput`): requests that started in the window,
     /// succeeded and met their class's per-request thresholds — its TTFT, TPOT and E2E
     /// objectives' thresholds (the smallest of a signal's percentiles; ITL and queue-time
-    /// objectives have no per-request form) — per second of window.
-    pub goodput_per_s: f64,
+    /// objectives have no per-request form) — per second of window. `None` (JSON `null`) when
+    /// none of the requests that started in the window finished: each was still running when
+    /// the window and its drain closed (answers longer than the window), so goodput was not
+    /// measured; it is not zero. Lengthen the measure window to measure it.
+    #[serde(default)]
+    pub goodput_per_s: Option<f64>,
     /// Token accounting.
     pub tokens: TokenCounts,
     /// Per objective.
@@ -557,7 +561,7 @@ mod tests {
             latency: BTreeMap::new(),
             request_rate_per_s: 0.0,
             output_tokens_per_s: 0.0,
-            goodput_per_s: 0.0,
+            goodput_per_s: Some(0.0),
             tokens: TokenCounts::default(),
             objectives: observed
                 .iter()

@@ -67,7 +67,7 @@ fn row(phase: &str, l: &LevelResult) -> Vec<String> {
         cancels.to_string(),
         format!("{:.4}", l.request_rate_per_s),
         format!("{:.2}", l.output_tokens_per_s),
-        format!("{:.4}", l.goodput_per_s),
+        l.goodput_per_s.map_or(String::new(), |g| format!("{g:.4}")),
     ];
     for s in SIGNALS {
         match l.latency.get(s) {

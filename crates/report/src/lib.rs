@@ -292,7 +292,7 @@ pub(crate) mod testdata {
             latency,
             request_rate_per_s: 4.0,
             output_tokens_per_s: 400.0 * load,
-            goodput_per_s: 3.5,
+            goodput_per_s: Some(3.5),
             tokens: TokenCounts::default(),
             objectives: vec![ObjectiveResult {
                 id: "ttft_p95".into(),

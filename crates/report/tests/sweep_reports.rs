@@ -60,7 +60,7 @@ fn level(load: f64, objectives: Vec<ObjectiveResult>) -> LevelResult {
         latency,
         request_rate_per_s: 4.51,
         output_tokens_per_s: 2764.0,
-        goodput_per_s: 0.0,
+        goodput_per_s: Some(0.0),
         tokens: TokenCounts::default(),
         objectives,
         verdict,

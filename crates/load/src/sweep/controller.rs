@@ -944,7 +944,13 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
         request_rate_per_s: server_req_per_s.unwrap_or(successes as f64 / window_s),
         output_tokens_per_s: server_tok_per_s
             .unwrap_or(total.tokens.output_realised as f64 / window_s),
-        goodput_per_s: total.goodput as f64 / window_s,
+        // Not measured when every window-started request was cut at the window's end.
+        goodput_per_s: (successes > 0
+            || total
+                .outcomes
+                .get(&Outcome::ClientCancel)
+                .is_none_or(|c| *c == 0))
+        .then(|| total.goodput as f64 / window_s),
         tokens: total.tokens.clone(),
         objectives,
         verdict,
@@ -1312,7 +1318,7 @@ pub(crate) mod tests {
             latency: Default::default(),
             request_rate_per_s: 0.0,
             output_tokens_per_s: 0.0,
-            goodput_per_s: 0.0,
+            goodput_per_s: Some(0.0),
             tokens: Default::default(),
             verdict: Verdict::combine(objectives.iter().map(|o| o.verdict)),
             objectives,

@@ -124,6 +124,36 @@ mod sweep_runs {
         .await
     }
 
+    /// Goodput is measured over the requests that started in the window and finished: when
+    /// answers outlast the window and its drain, none finish, and goodput is "not measured"
+    /// (`None`, an empty CSV cell), not 0 requests/s at a level whose objectives PASS (a user
+    /// read 0.0000 at every passing level). With short answers it is a rate again.
+    #[tokio::test]
+    async fn goodput_is_not_measured_when_answers_outlast_the_window() {
+        for (itl_ms, measured) in [(600u64, false), (1, true)] {
+            let stub = StubServer::start(StubConfig {
+                itl: Duration::from_millis(itl_ms),
+                ..StubConfig::default()
+            })
+            .unwrap();
+            let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            // 4 tokens at 600 ms: 2.4 s per answer, past the 0.8 s window and 0.5 s drain.
+            let s = settings(dir.path(), &[2.0]);
+            let partials = Mutex::new(Vec::new());
+            let r = sweep(&t, &s, CancellationFlag::new(), &partials).await;
+            let l = &r.phases[0].levels[0];
+            assert_eq!(
+                l.goodput_per_s.is_some(),
+                measured,
+                "ITL {itl_ms} ms: {l:?}"
+            );
+            if measured {
+                assert!(l.goodput_per_s.unwrap() > 0.0, "{:?}", l.goodput_per_s);
+            }
+        }
+    }
+
     /// Ctrl-C in the middle of a level: that level gives no verdict (INCONCLUSIVE, reason
     /// interrupted) and the capacity comes only from levels that ran to the end.
     #[tokio::test]
