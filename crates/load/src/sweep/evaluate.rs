@@ -172,9 +172,9 @@ fn latency(
 }
 
 /// [`latency`], with the observations drawn from `units` independent units (requests) when
-/// fewer than the observations: the 95 % interval is then computed for `units` samples with the
-/// observed share above the threshold (a cluster's observations count once), while the point
-/// estimate and the minimum sample count still use every observation.
+/// fewer than the observations: the 95 % interval and the minimum sample count are then computed
+/// for `units` samples with the observed share above the threshold (a cluster's observations
+/// count once), while the point estimate still uses every observation.
 fn latency_with_units(
     o: &Objective,
     h: Option<&Histogram<u64>>,
@@ -239,15 +239,19 @@ fn latency_with_units(
             n,
             format!("{share}; undecided so far"),
         ),
-        Decision::Undecided if n < need => ObjectiveResult::new(
+        // The minimum counts independent samples, as the interval does: ITL gaps of two
+        // requests are two samples, not hundreds (an ITL p95 passed on 2 requests while the
+        // TTFT p95 of the same 2 requests was INCONCLUSIVE).
+        Decision::Undecided if n_eff < need => ObjectiveResult::new(
             o,
             thr_s,
             Some(observed),
             Verdict::Inconclusive,
             n,
             format!(
-                "{share}; p{} needs at least {need} samples",
-                headroom_core::slo::fmt_num(pct)
+                "{share}; p{} needs at least {need} samples{}",
+                headroom_core::slo::fmt_num(pct),
+                if n_eff < n { " (requests)" } else { "" }
             ),
         ),
         Decision::Undecided => {
@@ -372,6 +376,17 @@ mod tests {
         let r = itl(Some(1000), false);
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.reason);
         assert!(r.reason.contains("breach certain"), "{}", r.reason);
+        // From 2 requests, 2,000 gaps are 2 samples: too few for a p95, as the TTFT of the
+        // same 2 requests is (a user saw the ITL PASS and the TTFT INCONCLUSIVE side by side).
+        let r = itl(Some(2), true);
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.reason);
+        assert!(
+            r.reason.contains("at least 20 samples (requests)"),
+            "{}",
+            r.reason
+        );
+        let r = itl(Some(20), true);
+        assert_ne!(r.verdict, Verdict::Inconclusive, "{}", r.reason);
     }
 
     fn eval_ttft_censored(values_ms: &[u64], censored_ms: &[u64], thr_s: f64) -> ObjectiveResult {
