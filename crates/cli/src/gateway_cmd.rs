@@ -30,6 +30,9 @@ pub struct GatewayArgs {
     /// Estimated prompt tokens from which a request is long-context.
     #[arg(long, default_value_t = 8192)]
     pub long_context_tokens: u64,
+    /// Print gateway.yaml with every key commented (classes, admission, timeouts, keys) and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 /// Runs the gateway until Ctrl-C.
@@ -38,6 +41,10 @@ pub struct GatewayArgs {
 /// Unreadable or invalid `--config` / `--slo` (file, line and field named), no upstream, or a
 /// listen address that cannot be bound.
 pub async fn run(a: GatewayArgs) -> Result<()> {
+    if a.print_config {
+        print!("{}", headroom_gateway::config::REFERENCE_YAML);
+        return Ok(());
+    }
     let (mut file, origin) = match &a.config {
         Some(p) => (GatewayFile::load(p)?, p.display().to_string()),
         None => (GatewayFile::default(), "command line".to_string()),

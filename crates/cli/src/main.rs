@@ -31,7 +31,8 @@ enum Command {
     /// Rules, burn-rate alerts, dashboard, autoscaling trigger, error budget and OpenSLO import
     /// from one slo.yaml.
     Slo(slo_cmd::SloArgs),
-    /// SLO-measuring reverse proxy: per-class TTFT/ITL/E2E at the request boundary, admission.
+    /// SLO-measuring reverse proxy: per-class TTFT/ITL/E2E at the request boundary, and
+    /// per-class admission control (see --print-config).
     Gateway(gateway_cmd::GatewayArgs),
 }
 

@@ -1,36 +1,8 @@
 //! The gateway's configuration: `gateway.yaml` as users write it ([`GatewayFile`]) and the
 //! resolved, validated form the proxy runs on ([`GatewayConfig`]).
 //!
-//! ```yaml
-//! upstreams: [http://127.0.0.1:8000]        # the default pool (--upstream adds to it)
-//! pools:
-//!   long_context: [http://127.0.0.1:8001]   # a separate pool for long prompts
-//! tenant_header: x-tenant                   # default x-tenant
-//! tenants: [search, support]                # anything else (or no header) is `other`
-//! classes:                                  # first match wins; no match → default_class
-//!   - name: long_context
-//!     prompt_tokens: {min: 4096}            # estimated from the body (see `classify`)
-//!     pool: long_context
-//!     concurrency: {limit: 8, queue: 16, queue_timeout: 2s}
-//!   - name: chat
-//!     route: chat                           # chat | completions
-//!     models: [qwen2.5-3b]
-//!     max_tokens: {max: 1024}               # [min, max) on the request's max_tokens; a
-//!                                           # request without one may run to the context
-//!                                           # limit and does not match: give default_class
-//!                                           # a concurrency limit too
-//!     concurrency: {limit: 64, queue: 256, queue_timeout: 1s, retry_after: 2s}
-//! default_class: {name: default}            # its own pool and concurrency are optional too
-//! timeouts: {header_read: 10s, body_read: 30s, connect: 5s, first_byte: 60s, idle: 60s, total: 10m, drain: 25s}
-//!                                           # first_byte: streaming requests only (a
-//!                                           # non-streaming answer's head comes when it is done);
-//!                                           # drain: on SIGTERM, how long open requests may
-//!                                           # finish (below the supervisor's kill timeout)
-//! max_body_bytes: 4194304
-//! api_key_env: HEADROOM_GATEWAY_API_KEY     # clients must send `Authorization: Bearer <key>`
-//! upstream_api_key_env: VLLM_API_KEY        # sent upstream as `Authorization: Bearer <key>`
-//! forward_headers: [content-type, accept, user-agent]
-//! ```
+//! Every key, commented: [`REFERENCE_YAML`] (`examples/gateway-reference.yaml`, printed by
+//! `headroom gateway --print-config`).
 //!
 //! Durations accept `ns`, `us`, `ms`, `s`, `m`, `h` (as in `slo.yaml`). Class names become the
 //! `class` label of every series, so they are validated (`[A-Za-z0-9_.:-]`, at most 64 bytes)
@@ -45,6 +17,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
+
+/// `gateway.yaml` with every key, commented (`examples/gateway-reference.yaml`).
+pub const REFERENCE_YAML: &str = include_str!("../../../examples/gateway-reference.yaml");
 
 /// Most classes a configuration may define (each is a label value on every series).
 pub const MAX_CLASSES: usize = 64;
@@ -766,6 +741,42 @@ mod tests {
                 "{class} has no gateway class"
             );
         }
+    }
+
+    /// The reference (`--print-config`) parses and resolves with the values its comments state.
+    #[test]
+    fn the_reference_yaml_resolves_as_commented() {
+        // SAFETY: variables unique to this test; no other thread reads them.
+        unsafe {
+            std::env::set_var("HEADROOM_GATEWAY_API_KEY", "sk-ref");
+            std::env::set_var("VLLM_API_KEY", "sk-up");
+        }
+        let c = resolve(REFERENCE_YAML).unwrap();
+        let names: Vec<&str> = c.classes.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["long_context", "chat", "default"]);
+        let lc = c.classes[0].concurrency.clone().unwrap();
+        assert_eq!(
+            (lc.limit, lc.queue, lc.queue_timeout),
+            (8, 16, Duration::from_secs(15))
+        );
+        assert_eq!(lc.retry_after_s, 1, "retry_after defaults to 1 s");
+        assert_eq!(c.classes[1].concurrency.clone().unwrap().retry_after_s, 2);
+        let t = c.timeouts;
+        assert_eq!(
+            [
+                t.header_read,
+                t.body_read,
+                t.connect,
+                t.first_byte,
+                t.idle,
+                t.total,
+                t.drain
+            ],
+            [10, 30, 5, 60, 60, 600, 25].map(Duration::from_secs)
+        );
+        assert_eq!(t, Timeouts::default(), "the reference states the defaults");
+        assert_eq!(c.max_body_bytes, 4_194_304);
+        assert_eq!(c.api_key.as_deref(), Some("sk-ref"));
     }
 
     #[test]
