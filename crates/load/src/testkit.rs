@@ -23,8 +23,18 @@ use std::time::Duration;
 pub enum StubFault {
     /// None: a normal stream.
     None,
-    /// Answer with this status and an OpenAI error body carrying `message`.
+    /// Answer with this status and an OpenAI error body carrying `message` (no `Retry-After`).
     Status(u16, String),
+    /// As `Status`, with a `Retry-After` header: how a gateway refuses a request it has no room
+    /// for (HTTP 429, queue full; 503, queue timeout).
+    Refuse {
+        /// Status code (429, 503).
+        status: u16,
+        /// Error message in the OpenAI error body.
+        message: String,
+        /// The `Retry-After` value, sent verbatim (seconds, or an HTTP-date).
+        retry_after: String,
+    },
     /// After this many content chunks, send `data: {"error": {...}}` and end the stream.
     ErrorAfter(u32),
     /// After this many content chunks, close the connection without ending the body.
@@ -230,6 +240,19 @@ async fn handle(
             if let StubFault::Status(code, msg) = &config.fault {
                 let s = StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
                 return Ok(error_json(s, msg));
+            }
+            if let StubFault::Refuse {
+                status,
+                message,
+                retry_after,
+            } = &config.fault
+            {
+                let s = StatusCode::from_u16(*status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+                let mut r = error_json(s, message);
+                if let Ok(v) = http::HeaderValue::from_str(retry_after) {
+                    r.headers_mut().insert(http::header::RETRY_AFTER, v);
+                }
+                return Ok(r);
             }
             let max_tokens = v
                 .get("max_tokens")

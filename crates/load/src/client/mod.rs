@@ -20,6 +20,7 @@
 
 mod chunk_scan;
 mod conn;
+mod retry_after;
 pub mod sse;
 
 use crate::prompt::DrawnRequest;
@@ -38,7 +39,7 @@ use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 /// Cancels in-flight requests (end of a measurement window, Ctrl-C). Child tokens
@@ -291,17 +292,19 @@ impl Target {
         start: Instant,
         cancel: &CancellationFlag,
     ) -> RequestRecord {
-        self.send_with(req, None, start, cancel).await
+        self.answer(req, None, start, cancel).await.record
     }
 
-    /// [`Target::send`], or [`Target::complete`] when `sent`.
-    async fn send_with(
+    /// [`Target::send`], or [`Target::complete`] when `sent`, with the wait the server asked
+    /// for when it refused the request.
+    pub(crate) async fn answer(
         &self,
         req: &PreparedRequest,
         sent: Option<Dispatched>,
         start: Instant,
         cancel: &CancellationFlag,
-    ) -> RequestRecord {
+    ) -> Answer {
+        let mut retry_after = None;
         let mut st = StreamState {
             content_chunk_ns: Vec::with_capacity(req.max_tokens as usize + 1),
             ..StreamState::default()
@@ -323,8 +326,15 @@ impl Target {
         let deadline = tokio::time::Instant::from_std(start + self.config.request_timeout);
         let mut last_ns = 0u64;
         let ended = {
-            let mut exchange =
-                pin!(self.exchange(req, sent, start, &mut st, &mut rec, &mut last_ns));
+            let mut exchange = pin!(self.exchange(
+                req,
+                sent,
+                start,
+                &mut st,
+                &mut rec,
+                &mut last_ns,
+                &mut retry_after
+            ));
             let mut cancelled = pin!(cancel.cancelled());
             let mut timer = pin!(tokio::time::sleep_until(deadline));
             // As `select!` (biased: cancel, then deadline, then the exchange), except that the
@@ -381,7 +391,10 @@ impl Target {
             },
             output_tokens: usage.completion_tokens,
         };
-        rec
+        Answer {
+            record: rec,
+            retry_after,
+        }
     }
 
     /// The HTTP request for `req`.
@@ -441,11 +454,13 @@ impl Target {
         start: Instant,
         cancel: &CancellationFlag,
     ) -> RequestRecord {
-        self.send_with(req, Some(sent), start, cancel).await
+        self.answer(req, Some(sent), start, cancel).await.record
     }
 
     /// Runs the HTTP exchange; `Some(outcome)` when it ended before or outside the stream
-    /// (HTTP status, transport), `None` when the stream ran and `st` decides.
+    /// (HTTP status, transport), `None` when the stream ran and `st` decides. An error status
+    /// sets `retry_after` from its `Retry-After` / `retry-after-ms` headers.
+    #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &self,
         req: &PreparedRequest,
@@ -454,6 +469,7 @@ impl Target {
         st: &mut StreamState,
         rec: &mut RequestRecord,
         last_ns: &mut u64,
+        retry_after: &mut Option<Duration>,
     ) -> Option<Outcome> {
         let answered = match sent {
             Some(Dispatched(sent)) => {
@@ -489,6 +505,7 @@ impl Target {
         };
         let status = resp.status();
         if !status.is_success() {
+            *retry_after = retry_after::retry_after(resp.headers(), SystemTime::now());
             let body = read_limited(&mut link.conn, resp.into_body(), 64 * 1024).await;
             if body.is_ok() {
                 self.pool.put_back(link);
@@ -533,6 +550,17 @@ fn nanos_since(start: Instant) -> u64 {
 
 fn nanos_between(start: Instant, end: Instant) -> u64 {
     u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A finished request and the wait its answer asked for.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    /// What the request measured.
+    pub(crate) record: RequestRecord,
+    /// For an error status: the wait its `retry-after-ms` or `Retry-After` header asked for,
+    /// from the moment the answer arrived (zero for a date already past); `None` without
+    /// either header, and for every other ending.
+    pub(crate) retry_after: Option<Duration>,
 }
 
 /// A request already written onto a pooled connection ([`Target::send_now`]), its answer not yet
