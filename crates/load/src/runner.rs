@@ -885,6 +885,36 @@ impl Users {
     }
 }
 
+/// A warning for a level where most requests of the window (more than half) were refused with
+/// HTTP 429 or 503: the target's admission control (a gateway's concurrency limit or queue, an
+/// overloaded server), not the engine, shaped the level, and its latencies describe the few
+/// admitted requests. `None` otherwise, and for a window without requests.
+pub fn refusal_warning(rec: &LevelRecording) -> Option<String> {
+    let (mut refused, mut n) = (0u64, 0u64);
+    for c in &rec.classes {
+        for (o, k) in &c.outcomes {
+            n += k;
+            if matches!(o, Outcome::HttpStatus(429 | 503)) {
+                refused += k;
+            }
+        }
+    }
+    if n == 0 || refused * 2 <= n {
+        return None;
+    }
+    let pacing = match rec.mode {
+        headroom_core::run::LoadMode::Concurrency => {
+            "each virtual user paused before its next request (the answer's Retry-After, else 0.5 s doubling to 8 s)"
+        }
+        headroom_core::run::LoadMode::Rate => "arrivals kept their schedule (open loop)",
+    };
+    Some(format!(
+        "{refused} of {n} requests of the window ({:.0} %) were refused with HTTP 429/503 (a gateway's concurrency limit or queue, or an overloaded server): the level measured that admission limit more than the engine, and its latencies describe the {} admitted requests only; {pacing}",
+        100.0 * refused as f64 / n as f64,
+        n - refused
+    ))
+}
+
 /// Longest `Retry-After` honoured; a longer one (or 0) gets the exponential pause instead, as in
 /// the OpenAI Python SDK.
 const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
@@ -1442,6 +1472,45 @@ mod tests {
             got,
             [10, 20, 40, 80, 160, 320, 640, 1000, 1000].map(ms).to_vec()
         );
+    }
+
+    /// The refusal warning needs more than half of the window's requests refused (429 and 503
+    /// together, over every class); 500s and transport failures are no refusals.
+    #[test]
+    fn most_requests_refused_is_warned() {
+        use headroom_core::run::LoadMode;
+        let level = |counts: &[(Outcome, u64)], mode: LoadMode| {
+            let mut r = LevelRecording::new(8.0, mode, &["a", "b"]);
+            for (i, (o, n)) in counts.iter().enumerate() {
+                r.classes[i % 2].outcomes.insert(*o, *n);
+            }
+            r
+        };
+        let half = level(
+            &[(Outcome::HttpStatus(429), 3), (Outcome::Stop, 3)],
+            LoadMode::Concurrency,
+        );
+        assert_eq!(refusal_warning(&half), None);
+        let most = level(
+            &[
+                (Outcome::HttpStatus(429), 3),
+                (Outcome::HttpStatus(503), 1),
+                (Outcome::Stop, 2),
+            ],
+            LoadMode::Concurrency,
+        );
+        let w = refusal_warning(&most).unwrap();
+        assert!(
+            w.starts_with("4 of 6 requests of the window (67 %) were refused with HTTP 429/503"),
+            "{w}"
+        );
+        assert!(w.contains("the 2 admitted requests only"), "{w}");
+        let others = level(
+            &[(Outcome::HttpStatus(500), 5), (Outcome::Transport, 5)],
+            LoadMode::Rate,
+        );
+        assert_eq!(refusal_warning(&others), None);
+        assert_eq!(refusal_warning(&level(&[], LoadMode::Rate)), None);
     }
 
     /// Users pausing come back in the order their pauses end; the others are ready at once.

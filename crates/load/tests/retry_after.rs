@@ -9,7 +9,7 @@ use headroom_core::Outcome;
 use headroom_load::arrivals::{ArrivalProcess, LevelMode};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
-use headroom_load::runner::run_level;
+use headroom_load::runner::{refusal_warning, run_level};
 use headroom_load::testkit::{StubConfig, StubFault, StubServer};
 use headroom_load::workload::Workload;
 use headroom_testkit::refusing_port;
@@ -85,6 +85,15 @@ async fn users_wait_retry_after_between_refused_requests() {
         rec.window_s
     );
     assert!(wall < Duration::from_millis(3_500), "level took {wall:?}");
+    // 24 of 24 refused: the level says so.
+    let w = refusal_warning(&rec).expect("a refusal warning");
+    assert!(
+        w.starts_with(&format!(
+            "{n} of {n} requests of the window (100 %) were refused"
+        )),
+        "{w}"
+    );
+    assert!(w.contains("each virtual user paused"), "{w}");
 }
 
 /// No `Retry-After`: the OpenAI SDK's pauses, 0.5 s × 2^(k−1) × jitter in [0.75, 1]. A user's
@@ -150,6 +159,8 @@ async fn a_lost_server_is_retried_with_a_growing_pause() {
     assert!((20..=28).contains(&n), "{n} requests");
     assert_eq!(rec.classes[0].outcomes.get(&Outcome::Transport), Some(&n));
     assert!(wall < Duration::from_millis(1_500), "level took {wall:?}");
+    // Transport failures are not refusals.
+    assert_eq!(refusal_warning(&rec), None);
 }
 
 /// Open loop keeps its schedule whatever the answers: 50 req/s constant over a 0.2 s warm-up
@@ -176,4 +187,7 @@ async fn open_loop_ignores_retry_after() {
     assert_eq!(rec.started, 50);
     assert_eq!(rec.classes[0].outcome_labels().get("http_429"), Some(&50));
     assert_eq!(stub.requests(), 59);
+    let w = refusal_warning(&rec).expect("a refusal warning");
+    assert!(w.contains("50 of 50 requests"), "{w}");
+    assert!(w.contains("arrivals kept their schedule"), "{w}");
 }

@@ -761,6 +761,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
     let health = rec.client_health();
     let totals = client_totals(rec);
     let mut warnings = rec.client_warnings(send_lag_limit_s(j.slo, j.phase), 0.8);
+    warnings.extend(crate::runner::refusal_warning(rec));
     let mut server: Option<ServerView> = None;
     let build = |engine: &[Scrape], dcgm: &[Scrape]| {
         Window::from_scrapes(engine, dcgm, &WindowOptions::default())
