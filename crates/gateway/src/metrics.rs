@@ -13,12 +13,13 @@
 //! | `headroom_gateway_queued` | gauge | class | requests waiting for one |
 //! | `headroom_gateway_invalid_requests_total` | counter | reason | requests refused before classification |
 //!
-//! Outcomes, and which count against an error objective: `stop` and `length` are answers;
-//! `upstream_error` and `timeout` are failures of the serving path (the error budget's bad
-//! events); `client_cancel` (the client left first), `rejected` (the gateway's own admission
-//! control, visible on its own) and `invalid_request` (the upstream refused the client's request
-//! as invalid: 400, 404 unknown model, 413, 422, …) are not the server's failures, so an error
-//! ratio over `upstream_error + timeout` is not burned by clients' bad requests. Which upstream
+//! Outcomes, and which count against an error objective (`headroom_slo::catalogue`'s
+//! `GATEWAY_BAD_OUTCOMES`, used by `headroom slo rules --latency-source gateway`): `stop` and
+//! `length` are answers; `upstream_error`, `timeout` and `rejected` (the gateway's own admission
+//! refused the request: the client got a 429 or 503 and no answer) are the error budget's bad
+//! events; `client_cancel` (the client left first) and `invalid_request` (the upstream refused
+//! the client's request as invalid: 400, 404 unknown model, 413, 422, …) are not events of the
+//! service at all, so clients' bad requests neither burn nor dilute the budget. Which upstream
 //! statuses are which: [`crate::proxy::status_outcome`].
 //!
 //! The signals are [`headroom_core::signal`]'s definitions with the gateway's acceptance (the
@@ -31,7 +32,9 @@
 //!
 //! Label values are bounded by construction: classes and tenants come from the configuration
 //! (plus `other`), outcomes and reasons from fixed lists. Handles for a (class, tenant) pair are
-//! created on first use and cached, so the hot path never hashes a label set.
+//! created on first use and cached, so the hot path never hashes a label set. The pairs
+//! (class, `other`) are created at startup, so every class's histograms and outcome counters are
+//! exported at zero from the first scrape (see [`Metrics::new`]).
 
 use headroom_core::signal::LatencySignal;
 use headroom_core::slo::{Objective, SloFile};
@@ -254,6 +257,20 @@ pub struct Metrics {
 
 impl Metrics {
     /// Families for `classes` × (`tenants` + `other`), with bounds from `slo`.
+    ///
+    /// Every class's series for tenant [`crate::config::OTHER_TENANT`] are created here, at
+    /// zero, so they are exported from the first scrape: the six latency histograms (every
+    /// bucket, `_sum` and `_count` at 0) and `headroom_gateway_requests_total` for each of the
+    /// seven outcomes. This is Prometheus's instrumentation guidance ("avoid missing metrics":
+    /// initialise the label sets known in advance): without it a class that has not yet been
+    /// requested since a restart has no series at all, so the `absent()` alerts of `headroom slo
+    /// rules --latency-source gateway` fire for a merely quiet class, and a series born at 1 on
+    /// the first request hides that request from `rate()` (no earlier sample to differ from).
+    /// Only `other` is initialised, not every allowlisted tenant: one label set per class is
+    /// what the SLO rules need (they sum over tenants), and it keeps an idle gateway at about
+    /// 140 series per class (six histograms of 16–40 lines each, seven counters) rather than
+    /// that × (tenants + 1), up to 257 × 64 classes. An allowlisted tenant's series still appear
+    /// at its first request in the class (with that first request invisible to `rate()`).
     pub fn new(classes: &[String], tenants: &[String], slo: Option<&SloFile>) -> Metrics {
         let mut registry = Registry::default();
         let hist = |signal| Bounds(Arc::new(bucket_bounds(slo, signal)));
@@ -327,7 +344,7 @@ impl Metrics {
         let handles = (0..classes.len() * tenants.len())
             .map(|_| OnceLock::new())
             .collect();
-        Metrics {
+        let m = Metrics {
             registry,
             ttft,
             itl,
@@ -342,7 +359,13 @@ impl Metrics {
             classes: classes.to_vec(),
             tenants,
             handles,
+        };
+        // Every class's series exist from the first scrape, at zero, for tenant `other`.
+        let other = m.tenants.len() - 1;
+        for c in 0..m.classes.len() {
+            m.class(c, other);
         }
+        m
     }
 
     /// Handles of (`class`, `tenant`) (indices as in [`crate::classify::Classified`]).
@@ -458,7 +481,8 @@ mod tests {
             let les: Vec<&str> = text
                 .lines()
                 .filter(|l| l.starts_with(&format!("{family}_bucket{{")))
-                .filter(|l| l.contains("class=\"chat\""))
+                // One label set: every class also has tenant `other`'s series from the start.
+                .filter(|l| l.contains("class=\"chat\",tenant=\"t1\""))
                 .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next())
                 .filter(|le| *le != "+Inf")
                 .collect();
