@@ -7,6 +7,10 @@
 //! * queue timeout → **503 Service Unavailable** (the class is saturated for longer than a
 //!   request should wait).
 //!
+//! Every wait that ends in a slot, in a queue timeout or in the client leaving the queue is
+//! observed in `headroom_gateway_queue_seconds`; a queue-full refusal, which never waited, is
+//! not ([`crate::metrics::QueueWait`]).
+//!
 //! The slot is held until the response ends (stream end, error or client disconnect). This is
 //! the decision table's first corrective action for admission saturation: cap what reaches the
 //! engine per class so one class cannot fill its queue for the others.

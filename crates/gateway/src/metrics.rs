@@ -6,7 +6,7 @@
 //! | `headroom_gateway_itl_seconds` | histogram | class, tenant | each gap between content chunks (streams only) |
 //! | `headroom_gateway_tpot_seconds` | histogram | class, tenant | (E2E − TTFT) / (output tokens − 1), per stream with `usage` |
 //! | `headroom_gateway_e2e_seconds` | histogram | class, tenant | acceptance → end of the response, per request ending `stop` or `length`, streaming or not |
-//! | `headroom_gateway_queue_seconds` | histogram | class, tenant | time waiting for an admission slot in the gateway |
+//! | `headroom_gateway_queue_seconds` | histogram | class, tenant | time waiting for an admission slot in the gateway, per request that asked for one except queue-full refusals (see [`QueueWait`]) |
 //! | `headroom_gateway_overhead_seconds` | histogram | class, tenant | time the gateway itself adds before the first byte (see [`ClassMetrics::overhead`]) |
 //! | `headroom_gateway_requests_total` | counter | class, tenant, outcome | finished requests by [`GatewayOutcome`] |
 //! | `headroom_gateway_in_flight` | gauge | class | requests holding an admission slot |
@@ -233,6 +233,61 @@ impl ClassMetrics {
     /// Counts one finished request.
     pub fn outcome(&self, o: GatewayOutcome) {
         self.outcomes[o.index()].inc();
+    }
+
+    /// Starts timing a request's wait for an admission slot of a limited class (see
+    /// [`QueueWait`]).
+    pub fn queue_wait(self: &Arc<Self>) -> QueueWait {
+        QueueWait {
+            m: Some(self.clone()),
+            t0: std::time::Instant::now(),
+        }
+    }
+}
+
+/// One request's wait for an admission slot, observed in `headroom_gateway_queue_seconds` however
+/// it ends, so the histogram holds the longest waits too, not only those that ended in a slot:
+/// * admitted: the wait [`crate::admit::Limiter::admit`] measured ([`QueueWait::admitted`]);
+/// * refused after `queue_timeout` (503): the time it waited, at least `queue_timeout`
+///   ([`QueueWait::timed_out`]);
+/// * the client left the queue (the handler was dropped while waiting): the time until it left,
+///   observed on drop (a lower bound of the wait it would have had).
+///
+/// A queue-full refusal (429, [`QueueWait::queue_full`]) is **not** observed: the request never
+/// entered the queue, and counting it as a 0 s wait would make the queue look fastest exactly
+/// when it overflows (many 429s would pull every percentile of queue time down). Those requests
+/// are counted in `headroom_gateway_requests_total{outcome="rejected"}`.
+#[derive(Debug)]
+pub struct QueueWait {
+    m: Option<Arc<ClassMetrics>>,
+    t0: std::time::Instant,
+}
+
+impl QueueWait {
+    /// Observes the wait of an admitted request, `waited` as admission measured it.
+    pub fn admitted(mut self, waited: std::time::Duration) {
+        if let Some(m) = self.m.take() {
+            m.queue.observe(waited.as_secs_f64());
+        }
+    }
+
+    /// Observes the wait of a request refused after `queue_timeout`, `waited` as admission
+    /// measured it.
+    pub fn timed_out(self, waited: std::time::Duration) {
+        self.admitted(waited);
+    }
+
+    /// A queue-full refusal: nothing is observed.
+    pub fn queue_full(mut self) {
+        self.m = None;
+    }
+}
+
+impl Drop for QueueWait {
+    fn drop(&mut self) {
+        if let Some(m) = self.m.take() {
+            m.queue.observe(self.t0.elapsed().as_secs_f64());
+        }
     }
 }
 

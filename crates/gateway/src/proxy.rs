@@ -228,17 +228,25 @@ impl Gateway {
                 m.queue.observe(0.0);
                 (Slot::unlimited(), Duration::ZERO)
             }
-            Some(l) => match l.admit().await {
-                Ok((slot, waited)) => {
-                    m.queue.observe(waited.as_secs_f64());
-                    (slot, waited)
+            Some(l) => {
+                // Observed however the wait ends, a client leaving the queue included.
+                let wait = m.queue_wait();
+                match l.admit().await {
+                    Ok((slot, waited)) => {
+                        wait.admitted(waited);
+                        (slot, waited)
+                    }
+                    Err(r) => {
+                        match r {
+                            Refusal::QueueTimeout { waited, .. } => wait.timed_out(waited),
+                            Refusal::QueueFull { .. } => wait.queue_full(),
+                        }
+                        gone.disarm();
+                        m.outcome(GatewayOutcome::Rejected);
+                        return refusal(r, &self.cfg.classes[class].name);
+                    }
                 }
-                Err(r) => {
-                    gone.disarm();
-                    m.outcome(GatewayOutcome::Rejected);
-                    return refusal(r, &self.cfg.classes[class].name);
-                }
-            },
+            }
         };
         let pool = &self.cfg.classes[class].pool;
         // Before dispatch: body read, parsing, classification and admission bookkeeping.

@@ -607,13 +607,18 @@ async fn admission_queues_then_refuses_with_retry_after() {
         ),
         Some(2.0)
     );
-    // Queue time: two admitted (0 s each, the holder and the last), the refused ones not observed.
+    // Queue time: two admitted (0 s each, the holder and the last) and the one refused after
+    // waiting 400 ms; the queue-full 429 never waited and is not observed.
     assert_eq!(
         value(
             &text,
             &format!("headroom_gateway_queue_seconds_count{{{c}}}")
         ),
-        Some(2.0)
+        Some(3.0)
+    );
+    assert!(
+        value(&text, &format!("headroom_gateway_queue_seconds_sum{{{c}}}"))
+            .is_some_and(|s| s >= 0.4)
     );
     assert_eq!(
         value(&text, "headroom_gateway_in_flight{class=\"capped\"}"),

@@ -1,19 +1,26 @@
-//! The gateway's `/metrics` before any request:
+//! The gateway's `/metrics` before and around admission:
 //! - a fresh gateway, scraped before any request, already exports every configured class's
 //!   histograms and outcome counters at zero for tenant `other` (and nothing per allowlisted
 //!   tenant), so the `absent()` alerts that `headroom slo rules --latency-source gateway`
 //!   generates stay silent after a restart (checked with `promtool test rules` on the scraped
-//!   series when promtool is installed).
+//!   series when promtool is installed);
+//! - `headroom_gateway_queue_seconds` observes the wait of a request refused after
+//!   `queue_timeout` (503) and of a client that left the queue, but not a queue-full 429, which
+//!   never waited.
 //!
 //! Everything binds 127.0.0.1 with ephemeral ports; every wait is bounded.
 
 mod common;
 
-use common::{gateway, scrape, value};
+use common::{call, completion_body, gateway, scrape, twin, url, value};
+use headroom_sim::server::Faults;
+use http::StatusCode;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
 
 /// Three classes (two written, plus the implicit `default`), one of them limited, and an
 /// allowlisted tenant that sends nothing.
@@ -187,4 +194,119 @@ fn absent_rules_stay_silent(text: &str) {
     );
     let _ = std::fs::remove_dir_all(&dir);
     assert!(out.status.success(), "promtool test rules failed:\n{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_time_observes_timed_out_and_abandoned_waits_but_not_queue_full() {
+    let twin = twin(1.0, Faults::default(), None).await;
+    let gw = gateway(
+        "classes:\n  - {name: capped, concurrency: {limit: 1, queue: 1, queue_timeout: 300ms, retry_after: 1s}}\n",
+        &[url(twin.api_addr)],
+        None,
+    )
+    .await;
+    let addr = gw.addr;
+    let c = "class=\"capped\",tenant=\"other\"";
+    let count = |t: &str| value(t, &format!("headroom_gateway_queue_seconds_count{{{c}}}"));
+    let sum = |t: &str| value(t, &format!("headroom_gateway_queue_seconds_sum{{{c}}}"));
+    // Before any request: the series exist at zero.
+    let t = scrape(addr).await;
+    assert_eq!((count(&t), sum(&t)), (Some(0.0), Some(0.0)));
+
+    // One long stream holds the only slot (admitted at once: a 0 s wait).
+    let holder = tokio::spawn(async move {
+        call(
+            addr,
+            "POST",
+            "/v1/completions",
+            &completion_body("hold", 150),
+            &[],
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A second request waits 300 ms and is refused with 503; while it waits, a third finds the
+    // queue full (429).
+    let waiter = tokio::spawn(async move {
+        let t0 = Instant::now();
+        let a = call(
+            addr,
+            "POST",
+            "/v1/completions",
+            &completion_body("wait", 2),
+            &[],
+        )
+        .await;
+        (a, t0.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let full = call(
+        addr,
+        "POST",
+        "/v1/completions",
+        &completion_body("full", 2),
+        &[],
+    )
+    .await;
+    assert_eq!(full.status, StatusCode::TOO_MANY_REQUESTS, "{}", full.body);
+    let (w, _) = waiter.await.unwrap();
+    assert_eq!(w.status, StatusCode::SERVICE_UNAVAILABLE, "{}", w.body);
+    let t = scrape(addr).await;
+    // The holder's 0 s and the refused request's ≥ 300 ms; the 429 is not observed.
+    assert_eq!(count(&t), Some(2.0), "{t}");
+    let s1 = sum(&t).unwrap();
+    assert!(s1 >= 0.3, "sum {s1}");
+    // 0.25 s is a fixed bound: only the holder's 0 s wait is at or below it.
+    assert_eq!(
+        value(
+            &t,
+            &format!("headroom_gateway_queue_seconds_bucket{{le=\"0.25\",{c}}}")
+        ),
+        Some(1.0)
+    );
+
+    // A client that queues and hangs up after about 150 ms is observed too, when it leaves.
+    let body = completion_body("leave", 2);
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let queued = |t: &str| value(t, "headroom_gateway_queued{class=\"capped\"}");
+    let t0 = Instant::now();
+    while queued(&scrape(addr).await) != Some(1.0) && t0.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(queued(&scrape(addr).await), Some(1.0), "the client queued");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    drop(s);
+    let t1 = Instant::now();
+    let mut t = scrape(addr).await;
+    while count(&t) != Some(3.0) && t1.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        t = scrape(addr).await;
+    }
+    assert!(!holder.is_finished(), "the holder still streams");
+    assert_eq!(count(&t), Some(3.0), "{t}");
+    let left = sum(&t).unwrap() - s1;
+    assert!((0.15..2.0).contains(&left), "abandoned wait {left} s");
+    assert_eq!(
+        value(
+            &t,
+            &format!("headroom_gateway_requests_total{{{c},outcome=\"client_cancel\"}}")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &t,
+            &format!("headroom_gateway_requests_total{{{c},outcome=\"rejected\"}}")
+        ),
+        Some(2.0)
+    );
+    let h = holder.await.unwrap();
+    assert_eq!(h.status, StatusCode::OK);
+    gw.shutdown().await;
+    twin.shutdown().await;
 }
