@@ -468,7 +468,7 @@ fn burn_alert(
             template_literal(&s.field),
             fmt_prom(period_s),
             t.exhaustion(period_s),
-            first_look(&s.objective)
+            first_look(s)
         ),
     );
     Ok(Some(Rule::Alert {
@@ -484,29 +484,84 @@ fn fmt_prom(s: u64) -> String {
     crate::promql::fmt_prom_duration(s)
 }
 
-fn first_look(o: &Objective) -> &'static str {
-    match o {
-        Objective::Latency {
-            signal: LatencySignal::Ttft | LatencySignal::QueueTime,
-            ..
-        } => {
+/// Whether `s` is measured on the Headroom gateway's series (`--latency-source gateway`; queue
+/// time stays on vLLM's histogram even then).
+fn at_gateway(s: &Sli) -> bool {
+    match &s.source {
+        SliSource::GatewayErrors { .. } => true,
+        SliSource::Latency { metric, .. } => metric.starts_with("headroom_gateway_"),
+        SliSource::Errors { .. } => false,
+    }
+}
+
+/// Where to look first when `s` burns, naming the series of its own source.
+fn first_look(s: &Sli) -> &'static str {
+    let gateway = at_gateway(s);
+    match (&s.objective, gateway) {
+        (
+            Objective::Latency {
+                signal: LatencySignal::Ttft,
+                ..
+            },
+            true,
+        ) => {
+            "Look first at the gateway's own admission (headroom_gateway_queue_seconds, headroom_gateway_queued), then at the engine's: vllm:request_queue_time_seconds and vllm:num_requests_waiting, then vllm:request_prefill_time_seconds (prefill contention)."
+        }
+        (
+            Objective::Latency {
+                signal: LatencySignal::Ttft | LatencySignal::QueueTime,
+                ..
+            },
+            _,
+        ) => {
             "Look first at vllm:request_queue_time_seconds and vllm:num_requests_waiting (admission), then vllm:request_prefill_time_seconds (prefill contention)."
         }
-        Objective::Latency {
-            signal: LatencySignal::Itl | LatencySignal::Tpot,
-            ..
-        } => {
+        (
+            Objective::Latency {
+                signal: LatencySignal::Itl | LatencySignal::Tpot,
+                ..
+            },
+            _,
+        ) => {
             "Look first at vllm:num_requests_running and vllm:iteration_tokens_total (decode batch size), then vllm:kv_cache_usage_perc and vllm:num_preemptions_total."
         }
-        Objective::Latency {
-            signal: LatencySignal::E2e,
-            ..
-        } => {
+        (
+            Objective::Latency {
+                signal: LatencySignal::E2e,
+                ..
+            },
+            true,
+        ) => {
+            "Split E2E into the gateway's queue (headroom_gateway_queue_seconds) and the engine's queue, prefill and decode (vllm:request_*_time_seconds) to see which phase grew."
+        }
+        (
+            Objective::Latency {
+                signal: LatencySignal::E2e,
+                ..
+            },
+            false,
+        ) => {
             "Split E2E into queue, prefill and decode (vllm:request_*_time_seconds) to see which phase grew."
         }
-        Objective::ErrorRate { .. } => {
+        (Objective::ErrorRate { .. }, true) => {
+            "Split headroom_gateway_requests_total by outcome: upstream_error (an upstream 5xx or 429, unreachable, or a broken stream), timeout (a gateway timeout: first byte, idle or total), rejected (the gateway's own admission: queue full or queue timeout, see headroom_gateway_queued); then the engine's vllm:request_success_total{finished_reason}."
+        }
+        (Objective::ErrorRate { .. }, false) => {
             "Split by vllm:request_success_total{finished_reason} and http_requests_total{status}: aborts are client cancellations or timeouts, 5xx without engine errors fail outside the engine."
         }
+    }
+}
+
+/// Why `absent()` of the SLI's series can hold, for the series' own source.
+fn absent_causes(s: &Sli) -> String {
+    match (&s.source, at_gateway(s)) {
+        (SliSource::Latency { le, .. }, true) => format!(
+            "the gateway is not scraped, no gateway class matches the class selector (the class label is the class name in gateway.yaml), or the gateway runs without this slo.yaml (`headroom gateway --slo`), so {} is not one of its bucket bounds",
+            template_literal(le)
+        ),
+        (SliSource::GatewayErrors { .. }, _) => "the gateway is not scraped, or no gateway class matches the class selector (the class label is the class name in gateway.yaml)".into(),
+        (SliSource::Latency { .. }, false) => "the target is not scraped, the class selector matches nothing, or the bucket bound does not exist in this vLLM version".into(),
+        (SliSource::Errors { .. }, _) => "the target is not scraped, or the class selector matches nothing".into(),
     }
 }
 
@@ -600,8 +655,9 @@ fn absent_alert(s: &Sli, for_: &str, opts: &RulesOptions) -> Rule {
     ann.insert(
         "description".into(),
         format!(
-            "absent({}) for {for_}: the target is not scraped, the class selector matches nothing, or the bucket bound does not exist in this vLLM version.",
-            template_literal(&series)
+            "absent({}) for {for_}: {}.",
+            template_literal(&series),
+            absent_causes(s)
         ),
     );
     Rule::Alert {
@@ -787,6 +843,101 @@ mod tests {
         let t = group_names(&tricky);
         assert_eq!(t[0], names[0]);
         assert_eq!(t[1], format!("{}-2", names[0]));
+    }
+
+    /// Annotations of `alert` rules, as (slo_objective, description) pairs.
+    fn descriptions(file: &RuleFile, alert: &str) -> Vec<(String, String)> {
+        file.groups
+            .iter()
+            .flat_map(|g| &g.rules)
+            .filter_map(|r| match r {
+                Rule::Alert {
+                    alert: a,
+                    labels,
+                    annotations,
+                    ..
+                } if a == alert => Some((
+                    labels["slo_objective"].clone(),
+                    annotations["description"].clone(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A new user found the gateway's rules blaming "this vLLM version" for a missing gateway
+    /// bucket and pointing at vllm:request_success_total for the gateway's error ratio.
+    #[test]
+    fn alert_texts_name_the_series_of_their_own_source() {
+        let f = slo(
+            "objectives:\n  long_context: {ttft: {p95: 300ms}, e2e: {p99: 20s}, queue_time: {p99: 500ms}, error_rate: 1%}\n",
+        );
+        let mut gw = RulesOptions::default();
+        gw.sli.latency_source = crate::LatencySource::Gateway;
+        let (file, _) = rule_file(&f, &gw).unwrap();
+        let absent = descriptions(&file, ABSENT_ALERT);
+        assert_eq!(absent.len(), 4);
+        for (o, d) in &absent {
+            match o.as_str() {
+                "ttft_p95" => {
+                    assert!(d.starts_with("absent(headroom_gateway_ttft_seconds_bucket{class=\"long_context\",le=\"0.3\"}) for 15m: the gateway is not scraped"), "{d}");
+                    assert!(d.contains("runs without this slo.yaml"), "{d}");
+                    assert!(d.contains("so 0.3 is not one of its bucket bounds"), "{d}");
+                }
+                "error_rate" => {
+                    assert!(d.starts_with("absent(headroom_gateway_requests_total{class=\"long_context\"}) for 15m: the gateway is not scraped, or no gateway class matches"), "{d}");
+                    assert!(!d.contains("bucket"), "{d}");
+                }
+                // Queue time stays on the engine's histogram, whose text stays the engine's.
+                "queue_time_p99" => {
+                    assert!(
+                        d.starts_with("absent(vllm:request_queue_time_seconds_bucket{le=\"0.5\"})"),
+                        "{d}"
+                    );
+                    assert!(d.contains("does not exist in this vLLM version"), "{d}");
+                }
+                _ => assert!(d.contains("the gateway is not scraped"), "{o}: {d}"),
+            }
+            if o != "queue_time_p99" {
+                assert!(!d.contains("vLLM"), "{o}: {d}");
+            }
+        }
+        let burn = descriptions(&file, BURN_ALERT);
+        for (o, d) in &burn {
+            match o.as_str() {
+                "error_rate" => {
+                    assert!(
+                        d.contains("Split headroom_gateway_requests_total by outcome"),
+                        "{d}"
+                    );
+                    assert!(!d.contains("http_requests_total{status}"), "{d}");
+                }
+                "ttft_p95" => assert!(d.contains("headroom_gateway_queue_seconds"), "{d}"),
+                "e2e_p99" => assert!(d.contains("the gateway's queue"), "{d}"),
+                _ => {}
+            }
+        }
+        // The same file on vLLM's series keeps vLLM's words; an error SLI has no bucket.
+        let f = slo("objectives:\n  chat: {ttft: {p95: 250ms}, error_rate: 1%}\n");
+        let (file, _) = rule_file(&f, &RulesOptions::default()).unwrap();
+        for (o, d) in descriptions(&file, ABSENT_ALERT) {
+            match o.as_str() {
+                "ttft_p95" => assert!(
+                    d.ends_with("or the bucket bound does not exist in this vLLM version."),
+                    "{d}"
+                ),
+                _ => assert_eq!(
+                    d,
+                    "absent(vllm:request_success_total{model_name=\"chat\"}) for 15m: the target is not scraped, or the class selector matches nothing."
+                ),
+            }
+        }
+        assert!(
+            descriptions(&file, BURN_ALERT)
+                .iter()
+                .any(|(o, d)| o == "error_rate"
+                    && d.contains("Split by vllm:request_success_total{finished_reason}"))
+        );
     }
 
     #[test]
