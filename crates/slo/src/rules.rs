@@ -4,10 +4,14 @@
 //! One group per class (`headroom-slo-<class>`, unique even when class names differ only in
 //! characters a group name leaves out; recording rules first, so the alerts of the same
 //! evaluation read fresh values), holding:
+//! - `headroom:slo_bad_events:rate5m` and `headroom:slo_events:rate5m{slo_class, slo_objective}`:
+//!   the SLI's bad events and all its events per second over 5 m.
 //! - `headroom:slo_errors_per_event:ratio_rate<W>{slo_class, slo_objective}` for every tier
 //!   window and the SLO period: the error ratio over `W` (a true ratio of rates, not an average of
 //!   short ratios — Sloth #618). An *event* is a request, or a token gap for ITL. Quiet windows
-//!   record nothing (see [`crate::sli`]).
+//!   record nothing (see [`crate::sli`]). Tier windows are computed from the raw series; the
+//!   period (30 d by default) from the recorded 5 m rates ([`period_ratio`]), so Prometheus does
+//!   not read 30 days of every raw series at each evaluation.
 //! - `headroom:slo_objective:ratio`, `headroom:slo_error_budget:ratio` and
 //!   `headroom:slo_error_budget_remaining:ratio` (1 − period ratio ÷ budget) for dashboards.
 //! - One `HeadroomErrorBudgetBurn` alert **per tier** (not one alert ORing the pairs, so the
@@ -39,6 +43,36 @@ use std::collections::BTreeMap;
 /// `headroom:slo_errors_per_event:ratio_rate<W>`.
 pub fn ratio_record(window: &str) -> String {
     format!("headroom:slo_errors_per_event:ratio_rate{window}")
+}
+
+/// Window of the recorded event rates ([`BAD_EVENTS_RECORD`], [`EVENTS_RECORD`]).
+pub const EVENTS_WINDOW: &str = "5m";
+/// Recording rule of the SLI's bad events per second over [`EVENTS_WINDOW`].
+pub const BAD_EVENTS_RECORD: &str = "headroom:slo_bad_events:rate5m";
+/// Recording rule of the SLI's events (good and bad) per second over [`EVENTS_WINDOW`].
+pub const EVENTS_RECORD: &str = "headroom:slo_events:rate5m";
+
+/// The error ratio over the SLO period `w`, from the recorded 5 m event rates instead of a
+/// `rate(…[w])` over every raw series at each evaluation:
+///
+/// ```text
+/// sum_over_time(headroom:slo_bad_events:rate5m{sel}[w]) / (sum_over_time(headroom:slo_events:rate5m{sel}[w]) > 0)
+/// ```
+///
+/// A true ratio of events, not an average of ratios: each recorded sample is a 5 m rate, so an
+/// event lies in the 5 m windows of `5m / interval` evaluations, in the numerator and the
+/// denominator alike, and the multiplicity cancels whatever the evaluation interval. This is
+/// Pyrra's accurate long-window shape (`performanceOverAccuracy`: `sum_over_time` of recorded
+/// 5 m increases, not of ratios) without its `[w:5m]` subquery; Sloth's default
+/// `sum_over_time(ratio_rate5m[w]) / count_over_time(ratio_rate5m[w])` averages 5 m ratios, so
+/// a quiet hour with a few errors weighs as much as a busy one (Sloth #618), and is not used.
+/// What it costs: the recorded series hold only what was evaluated since the rules were
+/// loaded, and events during an evaluation gap longer than 5 m are missed (from both counts).
+pub fn period_ratio(s: &Sli, w: &str) -> String {
+    let sel = sel_of(s);
+    format!(
+        "sum_over_time({BAD_EVENTS_RECORD}{sel}[{w}])\n/\n(sum_over_time({EVENTS_RECORD}{sel}[{w}]) > 0)"
+    )
 }
 
 /// Name of the burn-rate alerts.
@@ -176,6 +210,7 @@ pub fn rule_file(slo: &SloFile, opts: &RulesOptions) -> Result<(RuleFile, Vec<St
         windows.push((t.long_s, t.spec.long.clone()));
         windows.push((t.short_s, t.spec.short.clone()));
     }
+    let tier_windows: Vec<String> = windows.iter().map(|(_, w)| w.clone()).collect();
     windows.push((period_s, period.clone()));
     windows.sort();
     windows.dedup_by(|a, b| a.1 == b.1);
@@ -194,10 +229,26 @@ pub fn rule_file(slo: &SloFile, opts: &RulesOptions) -> Result<(RuleFile, Vec<St
                     ("slo_objective", s.objective.id()),
                 ],
             );
+            let (bad, total) = s.rates(EVENTS_WINDOW);
+            rules.push(Rule::Record {
+                record: BAD_EVENTS_RECORD.into(),
+                expr: LitString(bad),
+                labels: labels.clone(),
+            });
+            rules.push(Rule::Record {
+                record: EVENTS_RECORD.into(),
+                expr: LitString(total),
+                labels: labels.clone(),
+            });
             for (_, w) in &windows {
+                let expr = if *w == period && !tier_windows.contains(w) {
+                    period_ratio(s, w)
+                } else {
+                    s.error_ratio(w)
+                };
                 rules.push(Rule::Record {
                     record: ratio_record(w),
-                    expr: LitString(s.error_ratio(w)),
+                    expr: LitString(expr),
                     labels: labels.clone(),
                 });
             }
@@ -718,20 +769,39 @@ mod tests {
         assert_eq!(alerts[3].1, "ticket_slow");
         assert!(alerts[3].2.contains("ratio_rate3d{") && alerts[3].2.contains("ratio_rate6h{"));
         assert!(alerts[4].2.contains("> (14.4 * 0.005)"));
-        // Windows recorded: the seven tier windows plus the 30d period.
-        let records: Vec<&str> = file.groups[0]
+        // Recorded: the 5m event rates, the seven tier windows plus the 30d period, and the
+        // three constants.
+        let records: Vec<(&str, &str)> = file.groups[0]
             .rules
             .iter()
             .filter_map(|r| match r {
-                Rule::Record { record, labels, .. } if labels["slo_objective"] == "ttft_p95" => {
-                    Some(record.as_str())
+                Rule::Record {
+                    record,
+                    labels,
+                    expr,
+                } if labels["slo_objective"] == "ttft_p95" => {
+                    Some((record.as_str(), expr.0.as_str()))
                 }
                 _ => None,
             })
             .collect();
-        assert_eq!(records.len(), 8 + 3);
-        assert_eq!(records[0], "headroom:slo_errors_per_event:ratio_rate5m");
-        assert_eq!(records[7], "headroom:slo_errors_per_event:ratio_rate30d");
+        assert_eq!(records.len(), 2 + 8 + 3);
+        assert_eq!(records[0].0, "headroom:slo_bad_events:rate5m");
+        assert_eq!(records[1].0, "headroom:slo_events:rate5m");
+        assert_eq!(
+            records[1].1,
+            "sum(rate(vllm:time_to_first_token_seconds_count{model_name=\"chat\"}[5m]))"
+        );
+        assert_eq!(records[2].0, "headroom:slo_errors_per_event:ratio_rate5m");
+        assert_eq!(records[8].0, "headroom:slo_errors_per_event:ratio_rate3d");
+        assert!(records[8].1.contains("[3d]))"), "{}", records[8].1);
+        assert_eq!(records[9].0, "headroom:slo_errors_per_event:ratio_rate30d");
+        // The period from the recorded rates, not from 30 days of raw series.
+        assert_eq!(
+            records[9].1,
+            "sum_over_time(headroom:slo_bad_events:rate5m{slo_class=\"chat\",slo_objective=\"ttft_p95\"}[30d])\n/\n(sum_over_time(headroom:slo_events:rate5m{slo_class=\"chat\",slo_objective=\"ttft_p95\"}[30d]) > 0)"
+        );
+        assert!(!records[9].1.contains("vllm:"));
     }
 
     #[test]

@@ -543,3 +543,63 @@ tests:
     std::fs::write(dir.path().join("test.yaml"), t).unwrap();
     run(&pt, &["test", "rules", "test.yaml"], dir.path());
 }
+
+/// The SLO period's error ratio comes from the recorded 5 m event rates (not from a
+/// `rate(…[30d])` over every raw series at each evaluation) and is still the true ratio of
+/// events, not an average of 5 m ratios (Sloth #618), and records nothing for a quiet class.
+#[test]
+fn period_ratio_from_recorded_rates_is_the_true_event_ratio() {
+    let Some(pt) = promtool() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let f = slo("objectives:\n  m: {error_rate: 1%}\n  idle: {error_rate: 1%}\n");
+    let mut opts = RulesOptions::default();
+    opts.sli.selectors.http = None;
+    let (file, _) = rule_file(&f, &opts).unwrap();
+    write_rules(dir.path(), file);
+    // Class m: a busy 10 h (100 stops/min, no error), then a quiet 2 h with 5 stops and 5
+    // aborts per minute. Over the 12 h: 600 bad of 60 000 + 1 200 = 61 200 events, a ratio of
+    // 0.0098 (by hand). An average of 5 m ratios would give about 2/12 × 0.5 = 0.083. The band
+    // 0.0095–0.0101 allows for the 4 minutes at each end that a 5 m rate sees only in part.
+    let t = "rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'vllm:request_success_total{model_name=\"m\",finished_reason=\"stop\"}'
+        values: '0+100x600 60005+5x119'
+      - series: 'vllm:request_success_total{model_name=\"m\",finished_reason=\"abort\"}'
+        values: '0+0x600 5+5x119'
+      - series: 'vllm:request_success_total{model_name=\"idle\",finished_reason=\"stop\"}'
+        values: '1000+0x720'
+    promql_expr_test:
+      - expr: '(headroom:slo_errors_per_event:ratio_rate30d{slo_class=\"m\"} > bool 0.0095) * (headroom:slo_errors_per_event:ratio_rate30d{slo_class=\"m\"} < bool 0.0101)'
+        eval_time: 720m
+        exp_samples:
+          - labels: '{slo_class=\"m\",slo_objective=\"error_rate\"}'
+            value: 1
+      # The recorded rates themselves: 5 aborts/min and 10 events/min = 1/12 and 1/6 per second
+      # (to 1e-9: promtool compares floats exactly).
+      - expr: 'abs(headroom:slo_bad_events:rate5m{slo_class=\"m\"} - 1/12) < bool 1e-9'
+        eval_time: 720m
+        exp_samples:
+          - labels: '{slo_class=\"m\",slo_objective=\"error_rate\"}'
+            value: 1
+      - expr: 'abs(headroom:slo_events:rate5m{slo_class=\"m\"} - 1/6) < bool 1e-9'
+        eval_time: 720m
+        exp_samples:
+          - labels: '{slo_class=\"m\",slo_objective=\"error_rate\"}'
+            value: 1
+      # 1 - 0.0098 / 0.01: about 2 % of the budget left.
+      - expr: '(headroom:slo_error_budget_remaining:ratio{slo_class=\"m\"} > bool 0) * (headroom:slo_error_budget_remaining:ratio{slo_class=\"m\"} < bool 0.06)'
+        eval_time: 720m
+        exp_samples:
+          - labels: '{slo_class=\"m\",slo_objective=\"error_rate\"}'
+            value: 1
+      # A quiet class: no events over the period, so nothing is recorded (no NaN).
+      - expr: 'headroom:slo_errors_per_event:ratio_rate30d{slo_class=\"idle\"}'
+        eval_time: 720m
+        exp_samples: []
+";
+    std::fs::write(dir.path().join("test.yaml"), t).unwrap();
+    run(&pt, &["test", "rules", "test.yaml"], dir.path());
+}
