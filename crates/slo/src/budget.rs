@@ -17,6 +17,12 @@
 //! `sum(increase(…[w]))` over the same SLI expressions as the rules, so it works whether or not
 //! the rules are installed, and computes a true ratio over the period (not an average of short
 //! ratios, Sloth #618).
+//!
+//! `increase(…[30d])` over 4 minutes of data is the increase over those 4 minutes: the ratio is
+//! a burn rate so far, not a verdict on the period. So [`fetch_budget`] also asks how much of
+//! the period the data covers ([`Coverage`]: from the oldest sample of the SLI's series in the
+//! period to the evaluation time), and [`render`] prints it beside every row and marks a
+//! decision taken on less than [`FULL_COVERAGE`] of the period as provisional.
 
 use crate::prom_api::PromClient;
 use crate::promql::fmt_float;
@@ -59,6 +65,56 @@ pub struct ObjectiveEvents {
     pub period: EventCounts,
     /// Counts per tier window (keyed by the window as written, e.g. `1h`).
     pub windows: BTreeMap<String, EventCounts>,
+    /// How much of the period the data covers; `None` when unknown (no events, or the query
+    /// failed).
+    pub coverage: Option<Coverage>,
+}
+
+/// Share of the period that counts as covered: a period holding at least 99 % of its span in
+/// data gives a verdict on the period.
+pub const FULL_COVERAGE: f64 = 0.99;
+
+/// How much of the SLO period the data in Prometheus covers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Coverage {
+    /// Seconds from the oldest sample of the SLI's series within the period to the evaluation
+    /// time, at most `period_s`.
+    pub covered_s: f64,
+    /// The SLO period (`budget.window`), seconds.
+    pub period_s: f64,
+}
+
+impl Coverage {
+    /// `covered_s / period_s`, in [0, 1].
+    pub fn fraction(&self) -> f64 {
+        if self.period_s > 0.0 {
+            (self.covered_s / self.period_s).clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    }
+
+    /// At least [`FULL_COVERAGE`] of the period.
+    pub fn is_full(&self) -> bool {
+        self.fraction() >= FULL_COVERAGE
+    }
+
+    /// `4m of 30d`, or the period alone when full, as Prometheus durations.
+    pub fn describe(&self) -> String {
+        let period = fmt_prom_s(self.period_s);
+        if self.is_full() {
+            period
+        } else {
+            format!("{} of {period}", fmt_prom_s(self.covered_s))
+        }
+    }
+}
+
+/// `s` seconds, rounded to the second (at least 1 s when positive), as a Prometheus duration.
+fn fmt_prom_s(s: f64) -> String {
+    let r = s.round();
+    let secs = if s > 0.0 && r < 1.0 { 1 } else { r as u64 };
+    crate::promql::fmt_prom_duration(secs)
 }
 
 /// The burn of one alert tier.
@@ -130,8 +186,26 @@ pub struct BudgetStatus {
     pub remaining: Option<f64>,
     /// Burn of each tier.
     pub tiers: Vec<TierBurn>,
-    /// Policy decision.
+    /// Policy decision, from the counts alone; read it with [`BudgetStatus::verdict`], which says
+    /// when the data covers only part of the period.
     pub decision: Decision,
+    /// How much of the period the counts cover (`None`: unknown).
+    pub coverage: Option<Coverage>,
+}
+
+impl BudgetStatus {
+    /// The decision in words, marked provisional when the data covers less than
+    /// [`FULL_COVERAGE`] of the period or its coverage is unknown: `budget exhausted:
+    /// reliability work only (provisional: data covers 4m of 30d)`.
+    pub fn verdict(&self) -> String {
+        let d = self.decision.describe();
+        match (self.decision, self.coverage) {
+            (Decision::NoData, _) => d.to_owned(),
+            (_, Some(c)) if c.is_full() => d.to_owned(),
+            (_, Some(c)) => format!("{d} (provisional: data covers {})", c.describe()),
+            (_, None) => format!("{d} (provisional: data coverage unknown)"),
+        }
+    }
 }
 
 /// Pure arithmetic: the status of `ev` under `tiers` and the policy `freeze_at` (0–1).
@@ -180,6 +254,7 @@ pub fn budget_status(ev: &ObjectiveEvents, tiers: &[BurnTier], freeze_at: f64) -
         remaining: consumed.map(|c| 1.0 - c),
         tiers,
         decision,
+        coverage: ev.coverage,
     }
 }
 
@@ -237,8 +312,8 @@ pub async fn fetch_budget(
     opts: &BudgetOptions,
 ) -> Result<(Vec<BudgetStatus>, Vec<String>), SloError> {
     let (period, freeze_at) = policy(slo)?;
-    let (_, tiers) = tiers::resolve(&period, &opts.tiers)?;
-    let (slis, warnings) = sli::resolve(slo, &opts.sli)?;
+    let (period_s, tiers) = tiers::resolve(&period, &opts.tiers)?;
+    let (slis, mut warnings) = sli::resolve(slo, &opts.sli)?;
     let mut windows: Vec<String> = Vec::new();
     for t in &tiers {
         for w in [&t.spec.long, &t.spec.short] {
@@ -262,6 +337,20 @@ pub async fn fetch_budget(
         for w in &windows {
             per_window.insert(w.clone(), counts(prom, s, w, Some(at)).await?);
         }
+        let coverage = if period_counts.total > 0.0 {
+            match coverage(prom, s, &period, period_s as f64, at).await {
+                Ok(c) => c,
+                Err(e) => {
+                    warnings.push(format!(
+                        "{}: cannot tell how much of the {period} period the data covers ({e}); its decision is marked provisional",
+                        s.field
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let ev = ObjectiveEvents {
             class: s.class.clone(),
             objective: s.objective.id(),
@@ -269,6 +358,7 @@ pub async fn fetch_budget(
             budget: s.budget,
             period: period_counts,
             windows: per_window,
+            coverage,
         };
         out.push(budget_status(&ev, &tiers, freeze_at));
     }
@@ -305,6 +395,49 @@ pub fn unused_target_note(slo: &SloFile) -> Option<String> {
         "budget.target ({} %) is not used: each objective carries its own target (a p95 latency objective: 95 % of requests within its threshold; error_rate 0.5 %: 99.5 % of requests good); budget.window and budget.freeze_at apply",
         fmt_float((b.target * 1e4).round() / 100.0)
     ))
+}
+
+/// Step of the subquery that finds the oldest sample over a period of `period_s` seconds: 1 m
+/// up to 30 d (43 200 steps), then `period / 43 200`, at most 4 m so that every step stays
+/// within Prometheus's default 5 m lookback and no sample falls between two steps.
+pub fn coverage_step_s(period_s: u64) -> u64 {
+    period_s.div_ceil(43_200).clamp(60, 240)
+}
+
+/// The subquery giving the timestamp of the oldest sample of `series` within `range` (Unix
+/// seconds), to the nearest `step`: `min(min_over_time(timestamp(series)[range:step]))`.
+pub fn oldest_sample_query(series: &str, range: &str, step: &str) -> String {
+    format!("min(min_over_time(timestamp({series})[{range}:{step}]))")
+}
+
+/// How much of the period the SLI's series cover at `at`: the oldest sample of its all-events
+/// series ([`Sli::total_series`]) within the period, found with [`coverage_step_s`]; when that
+/// is under an hour old (or not found: a subquery's steps are aligned to multiples of the
+/// step, so data younger than one step can fall after the last one), again over the last hour
+/// to the second.
+async fn coverage(
+    prom: &PromClient,
+    s: &Sli,
+    period: &str,
+    period_s: f64,
+    at: f64,
+) -> Result<Option<Coverage>, SloError> {
+    let series = s.total_series();
+    let step = crate::promql::fmt_prom_duration(coverage_step_s(period_s as u64));
+    let coarse = prom
+        .single(&oldest_sample_query(&series, period, &step), Some(at))
+        .await?;
+    let oldest = match coarse {
+        Some(t) if at - t >= 3600.0 => Some(t),
+        _ => prom
+            .single(&oldest_sample_query(&series, "1h", "1s"), Some(at))
+            .await?
+            .or(coarse),
+    };
+    Ok(oldest.map(|t| Coverage {
+        covered_s: (at - t).clamp(0.0, period_s),
+        period_s,
+    }))
 }
 
 async fn counts(
@@ -373,6 +506,15 @@ fn pct(v: Option<f64>) -> String {
     }
 }
 
+/// A share in (0, 1) as a percentage with two decimals, `under 0.01 %` rather than `0 %`.
+fn share(f: f64) -> String {
+    if f > 0.0 && f < 1e-4 {
+        "under 0.01 %".into()
+    } else {
+        pct(Some(f))
+    }
+}
+
 fn burn(v: Option<f64>) -> String {
     match v {
         Some(v) if v.is_finite() => fmt_float((v * 100.0).round() / 100.0),
@@ -387,6 +529,7 @@ pub fn render(statuses: &[BudgetStatus], period: &str) -> Rendered {
         "class".into(),
         "objective".into(),
         format!("SLI ({period})"),
+        "data".into(),
         "target".into(),
         "budget used".into(),
         "left".into(),
@@ -412,11 +555,16 @@ pub fn render(statuses: &[BudgetStatus], period: &str) -> Rendered {
             s.class.clone(),
             s.description.clone(),
             pct(s.sli),
+            match (s.coverage, s.decision) {
+                (_, Decision::NoData) => "–".into(),
+                (Some(c), _) => c.describe(),
+                (None, _) => "?".into(),
+            },
             pct(Some(s.target)),
             pct(s.consumed),
             pct(s.remaining),
             burns.join("  "),
-            s.decision.describe().into(),
+            s.verdict(),
         ]);
     }
     let widths: Vec<usize> = (0..rows[0].len())
@@ -431,6 +579,25 @@ pub fn render(statuses: &[BudgetStatus], period: &str) -> Rendered {
             .collect();
         text.push_str(line.join("  ").trim_end());
         text.push('\n');
+    }
+    for s in statuses {
+        if s.decision == Decision::NoData {
+            continue;
+        }
+        match s.coverage {
+            Some(c) if c.is_full() => {}
+            Some(c) => text.push_str(&format!(
+                "{} {}: Prometheus holds {} of the {period} period ({}): every figure of its row is over that span only, so the decision is provisional, not a {period} verdict\n",
+                s.class,
+                s.objective,
+                fmt_prom_s(c.covered_s),
+                share(c.fraction()),
+            )),
+            None => text.push_str(&format!(
+                "{} {}: how much of the {period} period the data covers is unknown, so the decision is provisional\n",
+                s.class, s.objective
+            )),
+        }
     }
     for s in statuses {
         for t in s.tiers.iter().filter(|t| t.burning) {
@@ -494,7 +661,85 @@ mod tests {
                 .iter()
                 .map(|k| (k.to_string(), w))
                 .collect(),
+            coverage: Some(Coverage {
+                covered_s: 30.0 * 86_400.0,
+                period_s: 30.0 * 86_400.0,
+            }),
         }
+    }
+
+    /// A new user's first run: 4 minutes of data in Prometheus, 80 % of TTFTs slow against a
+    /// 5 % budget, printed as a 30-day "budget exhausted" with −1500 % left and nothing saying
+    /// the window held 4 minutes.
+    #[test]
+    fn minutes_of_data_give_a_provisional_decision_that_says_so() {
+        let mut e = ev(0.05, (800.0, 1000.0), (800.0, 1000.0));
+        e.coverage = Some(Coverage {
+            covered_s: 240.0,
+            period_s: 30.0 * 86_400.0,
+        });
+        let s = budget_status(&e, &tiers30(), 0.5);
+        // 0.8 / 0.05 = 16 × the budget: −1500 % left, by hand.
+        assert!((s.remaining.unwrap() + 15.0).abs() < 1e-9);
+        assert_eq!(s.decision, Decision::Exhausted);
+        assert_eq!(
+            s.verdict(),
+            "budget exhausted: reliability work only (provisional: data covers 4m of 30d)"
+        );
+        let r = render(&[s], "30d");
+        let lines: Vec<&str> = r.text.lines().collect();
+        assert!(lines[0].contains("  data  "), "{}", r.text);
+        assert!(lines[1].contains("  4m of 30d  "), "{}", r.text);
+        assert!(
+            lines[1].ends_with("(provisional: data covers 4m of 30d)"),
+            "{}",
+            r.text
+        );
+        // 240 s of 2 592 000 s = 0.00926 %.
+        assert_eq!(
+            lines[2],
+            "chat ttft_p95: Prometheus holds 4m of the 30d period (under 0.01 %): every figure of its row is over that span only, so the decision is provisional, not a 30d verdict"
+        );
+        // 29.8 of 30 days (99.3 %) is the period; unknown coverage is provisional too.
+        let mut e = ev(0.05, (800.0, 1000.0), (0.0, 0.0));
+        e.coverage = Some(Coverage {
+            covered_s: 29.8 * 86_400.0,
+            period_s: 30.0 * 86_400.0,
+        });
+        let s = budget_status(&e, &tiers30(), 0.5);
+        assert_eq!(s.verdict(), "budget exhausted: reliability work only");
+        e.coverage = None;
+        let s = budget_status(&e, &tiers30(), 0.5);
+        assert!(
+            s.verdict()
+                .ends_with("(provisional: data coverage unknown)")
+        );
+        // No events: no decision to qualify.
+        let s = budget_status(&ev(0.05, (0.0, 0.0), (0.0, 0.0)), &tiers30(), 0.5);
+        assert_eq!(s.verdict(), "no data");
+    }
+
+    #[test]
+    fn coverage_step_and_query() {
+        // 30 d = 2 592 000 s / 43 200 = 60 s; 1 y = 31 536 000 s / 43 200 = 730 s → capped at 240 s;
+        // 3 d → 6 s → at least 60 s.
+        assert_eq!(coverage_step_s(2_592_000), 60);
+        assert_eq!(coverage_step_s(31_536_000), 240);
+        assert_eq!(coverage_step_s(259_200), 60);
+        let q = oldest_sample_query("m_count{class=\"chat\"}", "30d", "1m");
+        assert_eq!(
+            q,
+            "min(min_over_time(timestamp(m_count{class=\"chat\"})[30d:1m]))"
+        );
+        crate::promql::validate(&q).unwrap();
+        let c = Coverage {
+            covered_s: 0.4,
+            period_s: 86_400.0,
+        };
+        assert_eq!(c.describe(), "1s of 1d");
+        // 8 s of 30 d = 0.0003 %: not printed as 0 %.
+        assert_eq!(share(8.0 / 2_592_000.0), "under 0.01 %");
+        assert_eq!(share(0.5), "50 %");
     }
 
     #[test]

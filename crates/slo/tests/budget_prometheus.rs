@@ -11,6 +11,9 @@
 //! - per step 100 E2Es, 98 of them ≤ 1 s: 2 % slow against p99's 1 % → 200 % used → exhausted,
 //!   burn 2 > 1 in both 3d and 6h → the ticket_slow tier burns, ticket_fast (3) does not.
 //!
+//! Prometheus holds only seconds of data, so every objective's coverage is that span, not the
+//! 30-day period, and each decision says it is provisional.
+//!
 //! Skipped with a loud message when `prometheus` is absent, unless
 //! `HEADROOM_REQUIRE_PROMTOOL` is set.
 
@@ -196,6 +199,7 @@ async fn run(bin: PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let step = Arc::new(AtomicU64::new(0));
     let target = serve_metrics(step.clone()).await;
+    let started = Instant::now();
     let (_prom_proc, port) = start_prometheus(&bin, dir.path(), target);
     let prom =
         PromClient::new(&format!("http://127.0.0.1:{port}"), Duration::from_secs(5)).unwrap();
@@ -284,6 +288,37 @@ async fn run(bin: PathBuf) {
     );
     assert_eq!(err.decision, Decision::FreezeTuning);
 
+    // Prometheus has held data for seconds, not 30 days: every row says how much, and no
+    // decision is a 30-day verdict.
+    let since_start = started.elapsed().as_secs_f64();
+    for s in &st {
+        let c = s
+            .coverage
+            .unwrap_or_else(|| panic!("coverage of {}", s.objective));
+        assert_eq!(c.period_s, 30.0 * 86_400.0);
+        assert!(
+            c.covered_s >= 1.0 && c.covered_s <= since_start + 1.0,
+            "{}: covered {} s, Prometheus started {since_start} s ago",
+            s.objective,
+            c.covered_s
+        );
+        assert!(!c.is_full());
+        assert!(
+            s.verdict().contains("(provisional: data covers "),
+            "{}",
+            s.verdict()
+        );
+    }
+    assert!(quiet.iter().all(|s| s.coverage.is_none()));
     let text = headroom_slo::budget::render(&st, "30d").text;
-    assert!(text.contains("budget exhausted"), "{text}");
+    eprintln!("{text}");
+    assert!(
+        text.contains("budget exhausted: reliability work only (provisional: data covers "),
+        "{text}"
+    );
+    assert!(
+        text.contains("chat e2e_p99: Prometheus holds ")
+            && text.contains("so the decision is provisional, not a 30d verdict"),
+        "{text}"
+    );
 }
