@@ -353,7 +353,7 @@ pub const RULES: &[Rule] = &[
         category: Category::Workload,
         condition: "HTTP 4xx or 5xx responses, or admission rejections, over the window",
         bottleneck: "request validation or admission in the API server (prompt too long, unknown model, queue limit), not the engine",
-        action: "read the 4xx/5xx bodies on the client; fix prompt lengths or model names, or raise --max-num-queued-reqs",
+        action: "read the 4xx/5xx bodies on the client; fix prompt lengths or model names; where vllm:admission_rejections_total rises, raise --max-num-queued-reqs",
         trade_off: "a higher queue limit trades rejections for queueing delay",
         watch: &[
             "http_requests_total{status=~\"4xx|5xx\"}",
@@ -1007,8 +1007,27 @@ fn errors_outside_engine(c: &Context<'_>) -> Option<Match> {
             "errors the engine itself saw",
         ));
     }
+    // A stray 4xx among many requests (a user's own typo, a probe) is not a front-end
+    // bottleneck: confidence follows the share of the window's HTTP requests that failed.
+    // Admission rejections and 5xx are the server's own refusals and keep it high.
+    let share = f.http_total.filter(|t| *t > 0.0).map(|t| (e4 + e5) / t);
+    let confidence = if rej > 0.0 || e5 > 0.0 || share.is_none_or(|s| s >= 0.05) {
+        Confidence::High
+    } else if share.is_some_and(|s| s >= 0.01) {
+        Confidence::Medium
+    } else {
+        Confidence::Low
+    };
+    if let Some(s) = share {
+        evidence.push(ev(
+            "http_error_share",
+            s,
+            "ratio",
+            "4xx + 5xx of every HTTP request over the window (http_requests_total)",
+        ));
+    }
     Some(Match {
-        confidence: Confidence::High,
+        confidence,
         evidence,
     })
 }
@@ -1433,6 +1452,34 @@ mod tests {
         for r in RULES {
             assert!((r.check)(&ctx).is_none(), "{} fired on empty facts", r.id);
         }
+    }
+
+    /// One 404 among 138 requests (a user's own typo) was reported as a high-confidence
+    /// front-end bottleneck with "raise --max-num-queued-reqs". Confidence now follows the
+    /// share of failed HTTP requests; 5xx and admission rejections keep it high.
+    #[test]
+    fn errors_outside_engine_confidence_follows_the_error_share() {
+        let conf = |e4: f64, e5: f64, rej: f64, total: Option<f64>| {
+            let facts = Facts {
+                http_4xx: Some(e4),
+                http_5xx: Some(e5),
+                admission_rejections: Some(rej),
+                http_total: total,
+                ..Facts::default()
+            };
+            errors_outside_engine(&ctx(&facts, &[])).map(|m| m.confidence)
+        };
+        assert_eq!(conf(0.0, 0.0, 0.0, Some(138.0)), None);
+        assert_eq!(conf(1.0, 0.0, 0.0, Some(138.0)), Some(Confidence::Low)); // 0.7 %
+        assert_eq!(conf(2.0, 0.0, 0.0, Some(138.0)), Some(Confidence::Medium)); // 1.4 %
+        assert_eq!(conf(7.0, 0.0, 0.0, Some(138.0)), Some(Confidence::High)); // 5.1 %
+        assert_eq!(conf(0.0, 1.0, 0.0, Some(138.0)), Some(Confidence::High));
+        assert_eq!(conf(1.0, 0.0, 1.0, Some(138.0)), Some(Confidence::High));
+        assert_eq!(
+            conf(1.0, 0.0, 0.0, None),
+            Some(Confidence::High),
+            "no total: as before"
+        );
     }
 
     #[test]
