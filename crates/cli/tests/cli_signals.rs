@@ -110,31 +110,32 @@ fn a_sweep_stopped_by_either_signal_keeps_valid_partial_results() {
     }
 }
 
+/// `headroom ARGS` with stderr piped (it announces its address there).
+fn spawn(args: &[&str]) -> std::process::Child {
+    Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// A signal that arrives right after the process announced its address is a clean stop too:
 /// the handlers are installed before the announcement (a supervisor may stop a process the
 /// moment it is up; before the fix, a signal in that window killed it with the default action).
 #[test]
 fn sim_and_gateway_stop_cleanly_on_either_signal() {
     for sig in ["INT", "TERM"] {
-        let mut sim = Command::new(BIN)
-            .args(["sim", "--port", "0", "--dcgm-port", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut sim = spawn(&["sim", "--port", "0", "--dcgm-port", "0"]);
         let sim_addr = printed_addr(&mut sim);
-        let mut gw = Command::new(BIN)
-            .args([
-                "gateway",
-                "--listen",
-                "127.0.0.1:0",
-                "--upstream",
-                &format!("http://{sim_addr}"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let upstream = format!("http://{sim_addr}");
+        let mut gw = spawn(&[
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream,
+        ]);
         let gw_addr = printed_addr(&mut gw);
         // At once, as a supervisor might.
         signal(&gw, sig);
@@ -152,12 +153,7 @@ fn sim_and_gateway_stop_cleanly_on_either_signal() {
         signal(&sim, sig);
         let s = wait_exit(&mut sim, Duration::from_secs(15), "sim");
         assert!(s.success(), "sim on SIG{sig}: {s}");
-        let mut sim = Command::new(BIN)
-            .args(["sim", "--port", "0", "--dcgm-port", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut sim = spawn(&["sim", "--port", "0", "--dcgm-port", "0"]);
         let _ = printed_addr(&mut sim);
         signal(&sim, sig);
         let s = wait_exit(&mut sim, Duration::from_secs(15), "sim");
