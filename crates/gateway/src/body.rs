@@ -517,24 +517,24 @@ impl MeasuredBody {
             if n == d.len() {
                 return Some(d);
             }
+            if d.len() - n > MAX_HELD_EVENT {
+                self.hold = false;
+                return Some(d);
+            }
             self.held.extend_from_slice(&d[n..]);
-            self.check_held();
             return (n > 0).then(|| d.slice(..n));
         }
         self.held.extend_from_slice(&d);
         let n = complete_events_len(&self.held);
-        if n == 0 {
-            self.check_held();
-            return (!self.hold).then(|| std::mem::take(&mut self.held).freeze());
+        if n > 0 {
+            return Some(self.held.split_to(n).freeze());
         }
-        Some(self.held.split_to(n).freeze())
-    }
-
-    /// Gives up holding back an event that has outgrown [`MAX_HELD_EVENT`].
-    fn check_held(&mut self) {
         if self.held.len() > MAX_HELD_EVENT {
+            // Give up holding back: pass on what was held, and the rest as it comes.
             self.hold = false;
+            return Some(std::mem::take(&mut self.held).freeze());
         }
+        None
     }
 
     /// The upstream body has ended (its last frame was received): decides the outcome, ends the

@@ -442,3 +442,62 @@ async fn shutdown_drains_then_ends_open_streams_with_an_error_event() {
     }
     twin.shutdown().await;
 }
+
+/// An event longer than the gateway holds back (`MAX_HELD_EVENT`) is passed on as it comes, and
+/// no byte is lost either way: when the overlong part arrives in one frame, and when it grows
+/// over many frames.
+#[tokio::test]
+async fn an_overlong_event_is_passed_on_whole() {
+    let big: &'static str = Box::leak(
+        format!(
+            "data: {{\"id\":\"c1\",\"object\":\"text_completion\",\"choices\":[{{\"index\":0,\"text\":\"{}\",\"finish_reason\":null}}]}}",
+            "x".repeat(headroom_gateway::body::MAX_HELD_EVENT + 10)
+        )
+        .into_boxed_str(),
+    );
+    let (head, tail) = big.split_at(big.len() / 3);
+    let (mid, tail) = tail.split_at(tail.len() / 2);
+    let scripts = [
+        vec![
+            Step::Chunk(EV1),
+            Step::Chunk(big),
+            Step::Sleep(10),
+            Step::Chunk("\n\n"),
+        ],
+        vec![
+            Step::Chunk(head),
+            Step::Sleep(10),
+            Step::Chunk(mid),
+            Step::Sleep(10),
+            Step::Chunk(tail),
+            Step::Sleep(10),
+            Step::Chunk("\n\n"),
+        ],
+    ];
+    for (i, script) in scripts.into_iter().enumerate() {
+        let want: String = script
+            .iter()
+            .filter_map(|s| match s {
+                Step::Chunk(c) => Some(*c),
+                _ => None,
+            })
+            .chain([EV2_HEAD, EV2_TAIL, "\n", DONE])
+            .collect();
+        let mut script = script;
+        script.extend([
+            Step::Chunk(EV2_HEAD),
+            Step::Chunk(EV2_TAIL),
+            Step::Chunk("\n"),
+            Step::Chunk(DONE),
+        ]);
+        let up = scripted("text/event-stream", script).await;
+        let gw = gateway("{}", &[url(up)], None).await;
+        let (status, fr, failed) = frames(gw.addr, "/v1/completions").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(!failed, "script {i}");
+        let got = joined(&fr);
+        assert_eq!(got.len(), want.len(), "script {i}: every byte arrives");
+        assert!(got == want, "script {i}: the bytes are unchanged");
+        gw.shutdown().await;
+    }
+}
