@@ -93,8 +93,18 @@ pub async fn run(a: GatewayArgs) -> Result<()> {
         "headroom gateway on http://{} (metrics at /metrics); classes: {classes}; Ctrl-C or SIGTERM stops",
         handle.addr
     );
-    stop.recv().await;
+    let sig = stop.recv().await;
+    let drain = handle.gateway.config().timeouts.drain;
+    eprintln!(
+        "headroom gateway: {sig}: refusing new connections (/metrics included); open requests may finish within {:.0} s (timeouts.drain), then streams still open end with an error event",
+        drain.as_secs_f64()
+    );
+    let t0 = std::time::Instant::now();
     handle.shutdown().await;
+    eprintln!(
+        "headroom gateway: stopped after {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -746,12 +746,9 @@ mod tests {
     /// The reference (`--print-config`) parses and resolves with the values its comments state.
     #[test]
     fn the_reference_yaml_resolves_as_commented() {
-        // SAFETY: variables unique to this test; no other thread reads them.
-        unsafe {
-            std::env::set_var("HEADROOM_GATEWAY_API_KEY", "sk-ref");
-            std::env::set_var("VLLM_API_KEY", "sk-up");
-        }
+        // As printed: it runs with no environment set up (the key lines are commented out).
         let c = resolve(REFERENCE_YAML).unwrap();
+        assert_eq!(c.api_key, None);
         let names: Vec<&str> = c.classes.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["long_context", "chat", "default"]);
         let lc = c.classes[0].concurrency.clone().unwrap();
@@ -776,6 +773,16 @@ mod tests {
         );
         assert_eq!(t, Timeouts::default(), "the reference states the defaults");
         assert_eq!(c.max_body_bytes, 4_194_304);
+        // Uncommented, the key lines read their variables.
+        // SAFETY: variables unique to this test; no other thread reads them.
+        unsafe {
+            std::env::set_var("HEADROOM_GATEWAY_API_KEY", "sk-ref");
+            std::env::set_var("VLLM_API_KEY", "sk-up");
+        }
+        let keyed = REFERENCE_YAML
+            .replace("# api_key_env:", "api_key_env:")
+            .replace("# upstream_api_key_env:", "upstream_api_key_env:");
+        let c = resolve(&keyed).unwrap();
         assert_eq!(c.api_key.as_deref(), Some("sk-ref"));
     }
 
