@@ -536,46 +536,16 @@ async fn admission_queues_then_refuses_with_retry_after() {
     )
     .await;
     let addr = gw.addr;
-    // One long stream holds the only slot.
-    let holder = tokio::spawn(async move {
-        call(
-            addr,
-            "POST",
-            "/v1/completions",
-            &completion_body("hold", 60),
-            &[],
-        )
-        .await
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // The second waits in the queue and times out with 503; meanwhile a third finds it full.
-    let waiter = tokio::spawn(async move {
-        let t0 = Instant::now();
-        (
-            call(
-                addr,
-                "POST",
-                "/v1/completions",
-                &completion_body("wait", 2),
-                &[],
-            )
-            .await,
-            t0.elapsed(),
-        )
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let full = call(
-        addr,
-        "POST",
-        "/v1/completions",
-        &completion_body("full", 2),
-        &[],
-    )
-    .await;
+    // One long stream holds the only slot; the second waits in the queue and times out with
+    // 503; meanwhile a third finds it full.
+    let Filled {
+        holder,
+        waiter: (w, waited),
+        full,
+    } = fill_one_slot(addr, 60).await;
     assert_eq!(full.status, StatusCode::TOO_MANY_REQUESTS, "{}", full.body);
     assert_eq!(full.headers["retry-after"], "2");
     assert_eq!(error_of(&full.body)["type"], "RateLimitError");
-    let (w, waited) = waiter.await.unwrap();
     assert_eq!(w.status, StatusCode::SERVICE_UNAVAILABLE, "{}", w.body);
     assert_eq!(w.headers["retry-after"], "2");
     assert!(waited >= Duration::from_millis(400), "{waited:?}");

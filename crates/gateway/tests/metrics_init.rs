@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{call, completion_body, gateway, scrape, twin, url, value};
+use common::{Filled, completion_body, fill_one_slot, gateway, scrape, twin, url, value};
 use headroom_sim::server::Faults;
 use http::StatusCode;
 use std::collections::BTreeSet;
@@ -214,42 +214,14 @@ async fn queue_time_observes_timed_out_and_abandoned_waits_but_not_queue_full() 
     assert_eq!((count(&t), sum(&t)), (Some(0.0), Some(0.0)));
 
     // One long stream holds the only slot (admitted at once: a 0 s wait).
-    let holder = tokio::spawn(async move {
-        call(
-            addr,
-            "POST",
-            "/v1/completions",
-            &completion_body("hold", 150),
-            &[],
-        )
-        .await
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
     // A second request waits 300 ms and is refused with 503; while it waits, a third finds the
     // queue full (429).
-    let waiter = tokio::spawn(async move {
-        let t0 = Instant::now();
-        let a = call(
-            addr,
-            "POST",
-            "/v1/completions",
-            &completion_body("wait", 2),
-            &[],
-        )
-        .await;
-        (a, t0.elapsed())
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let full = call(
-        addr,
-        "POST",
-        "/v1/completions",
-        &completion_body("full", 2),
-        &[],
-    )
-    .await;
+    let Filled {
+        holder,
+        waiter: (w, _),
+        full,
+    } = fill_one_slot(addr, 150).await;
     assert_eq!(full.status, StatusCode::TOO_MANY_REQUESTS, "{}", full.body);
-    let (w, _) = waiter.await.unwrap();
     assert_eq!(w.status, StatusCode::SERVICE_UNAVAILABLE, "{}", w.body);
     let t = scrape(addr).await;
     // The holder's 0 s and the refused request's ≥ 300 ms; the 429 is not observed.

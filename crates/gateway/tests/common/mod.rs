@@ -176,3 +176,57 @@ pub fn completion_body(prompt: &str, max_tokens: u32) -> String {
     })
     .to_string()
 }
+
+/// What [`fill_one_slot`] started and saw.
+pub struct Filled {
+    /// The request holding the slot, still streaming.
+    pub holder: tokio::task::JoinHandle<Answer>,
+    /// The request that waited in the queue (refused at its `queue_timeout`), and how long it
+    /// waited.
+    pub waiter: (Answer, Duration),
+    /// The request that found the queue full.
+    pub full: Answer,
+}
+
+/// Against a class with one slot and a one-place queue: a stream of `hold_tokens` tokens takes
+/// the slot, a second request waits in the queue until its timeout, and a third, sent while
+/// the second waits, finds the queue full.
+pub async fn fill_one_slot(addr: SocketAddr, hold_tokens: u32) -> Filled {
+    let holder = tokio::spawn(async move {
+        call(
+            addr,
+            "POST",
+            "/v1/completions",
+            &completion_body("hold", hold_tokens),
+            &[],
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiter = tokio::spawn(async move {
+        let t0 = std::time::Instant::now();
+        let a = call(
+            addr,
+            "POST",
+            "/v1/completions",
+            &completion_body("wait", 2),
+            &[],
+        )
+        .await;
+        (a, t0.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let full = call(
+        addr,
+        "POST",
+        "/v1/completions",
+        &completion_body("full", 2),
+        &[],
+    )
+    .await;
+    Filled {
+        holder,
+        waiter: waiter.await.expect("waiter task"),
+        full,
+    }
+}
