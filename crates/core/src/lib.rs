@@ -1,4 +1,5 @@
-//! Headroom's shared vocabulary: no I/O, no clock.
+//! Headroom's shared vocabulary: no I/O, no clock — except the one file write every
+//! run-directory writer shares ([`atomic`]).
 //!
 //! What lives here: the definitions the field disagrees on (TTFT, ITL, TPOT, E2E; see
 //! [`signal`]), request outcomes ([`outcome`]), the SLO file ([`slo`]) and the verdict and finding
@@ -6,6 +7,7 @@
 //! use to resend a request a closing connection lost ([`retry`]). What does not: parsing metrics (crate
 //! `signals`), measuring (crate `load`), rendering (crate `report`).
 
+pub mod atomic;
 pub mod outcome;
 pub mod retry;
 pub mod run;

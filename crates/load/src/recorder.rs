@@ -599,7 +599,8 @@ impl LevelRecording {
         w
     }
 
-    /// Writes this recording as JSON to `path` (see the module docs for the format).
+    /// Writes this recording as JSON to `path` (see the module docs for the format), through
+    /// [`headroom_core::atomic::write_atomic`].
     ///
     /// # Errors
     /// [`RecordingError::Io`] naming the file.
@@ -610,9 +611,10 @@ impl LevelRecording {
         };
         let text = serde_json::to_vec_pretty(self).map_err(|e| io(e.to_string()))?;
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| io(e.to_string()))?;
+            headroom_core::atomic::create_dir_nofollow(dir).map_err(|e| io(e.to_string()))?;
         }
-        std::fs::write(path, text).map_err(|e| io(e.to_string()))
+        // Atomic and link-safe: a run directory may sit in a shared folder.
+        headroom_core::atomic::write_atomic(path, &text).map_err(|e| io(e.to_string()))
     }
 
     /// Reads a recording written by [`LevelRecording::save`].

@@ -71,23 +71,7 @@ pub fn write_run_files(dir: &Path, run: &RunResult) -> Result<Vec<&'static str>,
     Ok(written)
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename; on
-/// failure the temporary file is removed.
-///
-/// # Errors
-/// The I/O error, prefixed with the path.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!(
-        "{}.tmp",
-        path.extension().and_then(|e| e.to_str()).unwrap_or("")
-    ));
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-        })
-}
+pub use headroom_core::atomic::write_atomic;
 
 /// Formats a load level for people: `12 concurrent`, `2.5 req/s`.
 pub fn fmt_load(load: f64, mode: headroom_core::run::LoadMode) -> String {

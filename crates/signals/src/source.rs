@@ -132,7 +132,11 @@ pub fn parse_scrape_file_name(name: &str) -> Option<(u32, u32, ScrapeKind, f64)>
 }
 
 /// Writes a scrape's body verbatim into `run_dir/scrapes/` under [`scrape_file_name`], creating
-/// the folder. Returns the path relative to `run_dir` (`scrapes/…`).
+/// the folder (refused when it is a symbolic link), atomically and without following links
+/// ([`headroom_core::atomic`]). Returns the path relative to `run_dir` (`scrapes/…`).
+///
+/// # Errors
+/// The I/O error, naming the file or folder.
 pub fn write_scrape(
     run_dir: &Path,
     level: u32,
@@ -141,9 +145,10 @@ pub fn write_scrape(
     scrape: &Scrape,
 ) -> std::io::Result<String> {
     let dir = run_dir.join("scrapes");
-    std::fs::create_dir_all(&dir)?;
+    // Link-safe and atomic: a run directory may sit in a shared folder.
+    headroom_core::atomic::create_dir_nofollow(&dir)?;
     let name = scrape_file_name(level, seq, kind, scrape.at_unix_s);
-    std::fs::write(dir.join(&name), &scrape.body)?;
+    headroom_core::atomic::write_atomic(&dir.join(&name), scrape.body.as_bytes())?;
     Ok(format!("scrapes/{name}"))
 }
 
