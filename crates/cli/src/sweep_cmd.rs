@@ -251,7 +251,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         Some(p) => Some(Arc::new(PromptTokenizer::from_file(p)?)),
         None => None,
     };
-    let plans: Vec<ClassPlan> = ClassPlan::from_workload(&workload, tokenizer)?;
+    let plans: Vec<ClassPlan> = ClassPlan::from_workload(&workload, tokenizer.clone())?;
 
     // The target: given, or the embedded twin.
     let mut embedded = None;
@@ -399,6 +399,28 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
             s
         }
     };
+    // Prompt sizes: the twin counts one token per word; a real server's tokenizer is learned
+    // (its /tokenize, else usage) so that the workload's token counts are what it prefills.
+    let (plans, calibration) = if args.target.is_none() {
+        (plans, None)
+    } else {
+        let (cal, mut report) = headroom_load::calibrate::calibrate(
+            &target,
+            &plans,
+            tokenizer.as_deref(),
+            args.tokenizer
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .as_deref(),
+        )
+        .await;
+        let plans = ClassPlan::calibrated(&plans, Arc::new(cal))?;
+        headroom_load::calibrate::check_plans(&target, &plans, seed, &mut report).await;
+        for line in calibration_lines(&report) {
+            eprintln!("headroom: {line}");
+        }
+        (plans, Some(report))
+    };
     let settings = SweepSettings {
         mode,
         arrival: workload.spec.load.arrival,
@@ -448,6 +470,10 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         metrics_url: metrics_url.as_deref().map(redact_url),
         dcgm_url: dcgm_url.as_deref().map(redact_url),
+        prompt_calibration: calibration
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c).ok())
+            .unwrap_or_default(),
     };
     // The spec files as given, so the run directory is reproducible and `headroom diagnose
     // --from RUN_DIR` judges against the same SLO (the windows as run are in manifest.json).
@@ -545,6 +571,65 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         headroom_core::run::RunStatus::Stopped { .. } => 1,
         _ => 0,
     })
+}
+
+/// The terminal's account of a prompt calibration: the method, the overhead, each class's
+/// check, and a warning when a check is off by more than 2 %.
+fn calibration_lines(r: &headroom_load::calibrate::CalibrationReport) -> Vec<String> {
+    use headroom_load::calibrate::Method;
+    let mut out = Vec::new();
+    let words = match (r.vocabulary_words, r.words_measured) {
+        (Some(v), m) if m > 0 => format!(": {v} of {m} words are one token each"),
+        _ => String::new(),
+    };
+    let overhead = if r.overhead_tokens.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; the server adds {} per request",
+            r.overhead_tokens
+                .iter()
+                .map(|(s, n)| format!(
+                    "{n} token{} ({})",
+                    if *n == 1 { "" } else { "s" },
+                    serde_json::to_value(s)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    out.push(format!(
+        "prompts sized by {}{words}{overhead} ({} calibration requests, outside every level)",
+        r.method.describe(),
+        r.requests_sent
+    ));
+    for n in &r.notes {
+        out.push(format!("calibration: {n}"));
+    }
+    if !r.checks.is_empty() {
+        out.push(format!(
+            "calibration check, prompt tokens requested → realised: {}",
+            r.checks
+                .iter()
+                .map(|c| format!("{} {} → {}", c.class, c.requested, c.realised))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if let Some(x) = r.worst_residual().filter(|x| x.abs() > 0.02) {
+        let fix = match r.method {
+            Method::Tokenizer { .. } => "check that the tokenizer is the served model's",
+            _ => "pass --tokenizer PATH (the served model's tokenizer.json) for exact counts",
+        };
+        out.push(format!(
+            "warning: after calibration prompts are still {:+.0} % off the workload's sizes; {fix}",
+            x * 100.0
+        ));
+    }
+    out
 }
 
 /// What the writes of the run files did: which files the latest write put in place, which exist

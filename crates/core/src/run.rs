@@ -724,6 +724,11 @@ pub struct Manifest {
     pub metrics_url: Option<String>,
     /// dcgm-exporter URL scraped, if any.
     pub dcgm_url: Option<String>,
+    /// How prompt lengths were fitted to the target's tokenizer before the first level (method,
+    /// per-request overhead, one check request per class with its realised `usage`); absent in
+    /// run directories written before calibration existed.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub prompt_calibration: serde_json::Value,
 }
 
 /// Removes userinfo (`user:pass@`) and query strings from a URL for storage and display.

@@ -5,6 +5,8 @@
 //!   load mode, windows, seed) and the built-in default workload;
 //! - [`prompt`]: prompt synthesis to a token count (exact with a `tokenizer.json`, approximate
 //!   without), shared prefixes, and the drift check of requested versus realised tokens;
+//! - [`calibrate`]: fitting synthetic prompts to the target's own tokenizer (its `/tokenize`,
+//!   or `usage`) before the first level, when no `tokenizer.json` is given;
 //! - [`arrivals`]: closed loop and open loop (constant, Poisson, gamma) schedules, seeded;
 //! - [`client`]: the OpenAI-compatible streaming client (hyper, HTTP/1.1) and its SSE parser;
 //! - [`recorder`]: HDR histograms per class per level, exact outcome and token counts, merge
@@ -18,6 +20,7 @@
 //! `headroom_core` ([`headroom_core::RequestTiming`], [`headroom_core::Outcome`]).
 
 pub mod arrivals;
+pub mod calibrate;
 pub mod client;
 pub mod prompt;
 pub mod recorder;

@@ -20,6 +20,7 @@
 //! than the class prefix (otherwise a prefix cache would serve whole prompts).
 
 use crate::arrivals::{SeededRng, seeded_rng, splitmix64};
+use crate::calibrate::{Calibration, Shape};
 use crate::workload::{Dataset, Endpoint, LengthDist, Workload};
 use rand::RngExt;
 use std::path::{Path, PathBuf};
@@ -366,6 +367,27 @@ fn push_words(out: &mut String, n: usize, rng: &mut SeededRng, lead_space: bool)
     }
 }
 
+/// `n` random words, the first from `first` and the rest from `middle` (both non-empty),
+/// separated by single spaces; starting with a space when `lead_space`. With a calibrated
+/// vocabulary ([`crate::calibrate`]) every word is one token, so the text is `n` tokens.
+pub fn words_text(
+    n: usize,
+    rng: &mut SeededRng,
+    first: &[&str],
+    middle: &[&str],
+    lead_space: bool,
+) -> String {
+    let mut out = String::with_capacity(n * 7 + 1);
+    for i in 0..n {
+        let list = if i == 0 && !lead_space { first } else { middle };
+        if lead_space || i > 0 {
+            out.push(' ');
+        }
+        out.push_str(list[rng.random_range(0..list.len())]);
+    }
+    out
+}
+
 /// Synthetic text of `n` tokens: `n` words without a tokenizer (approximate), or exactly `n`
 /// tokens (encoded without special tokens) with one. When `lead_space` the text starts with a space
 /// and is measured that way, so it keeps its count when appended to other text.
@@ -424,12 +446,16 @@ pub fn shared_prefix_text(
     tokens: u32,
     tokenizer: Option<&PromptTokenizer>,
 ) -> Result<(String, u32), PromptError> {
-    // FNV-1a of the name, mixed: the same class always gets the same prefix.
+    synth_text(tokens, &mut prefix_rng(class_name), tokenizer, false)
+}
+
+/// The generator of a class's shared prefix: seeded by an FNV-1a hash of the name, so the same
+/// class always gets the same prefix.
+fn prefix_rng(class_name: &str) -> SeededRng {
     let h = class_name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    let mut rng = seeded_rng(splitmix64(h), 0x5052_4546);
-    synth_text(tokens, &mut rng, tokenizer, false)
+    seeded_rng(splitmix64(h), 0x5052_4546)
 }
 
 /// Requested versus realised token counts.
@@ -493,6 +519,8 @@ pub struct ClassPlan {
     /// Tokens of the shared prefix (words without a tokenizer).
     pub shared_prefix_tokens: u32,
     tokenizer: Option<Arc<PromptTokenizer>>,
+    /// The target's tokenizer as calibration learned it (`None`: uncalibrated).
+    calibration: Option<Arc<Calibration>>,
 }
 
 /// One drawn request, before it is encoded for the wire.
@@ -548,9 +576,47 @@ impl ClassPlan {
                     shared_prefix: prefix.into(),
                     shared_prefix_tokens: prefix_tokens,
                     tokenizer: tokenizer.clone(),
+                    calibration: None,
                 })
             })
             .collect()
+    }
+
+    /// The same plans sized by a calibration: prompts drawn from its single-token words (the
+    /// shared prefix too, still the same text for every request of a class), the unique part
+    /// shortened by the per-request overhead of the class's shape, so that the server's
+    /// `usage.prompt_tokens` is the workload's request.
+    ///
+    /// # Errors
+    /// [`PromptError::Encode`] when the tokenizer fails on the shared prefix.
+    pub fn calibrated(
+        plans: &[ClassPlan],
+        cal: Arc<Calibration>,
+    ) -> Result<Vec<ClassPlan>, PromptError> {
+        plans
+            .iter()
+            .map(|p| {
+                let mut q = p.clone();
+                if q.tokenizer.is_none() && cal.vocabulary.is_some() {
+                    let mut rng = prefix_rng(&q.name);
+                    q.shared_prefix = words_text(
+                        q.shared_prefix_tokens as usize,
+                        &mut rng,
+                        cal.first_words(),
+                        cal.middle_words(),
+                        false,
+                    )
+                    .into();
+                }
+                q.calibration = Some(cal.clone());
+                Ok(q)
+            })
+            .collect()
+    }
+
+    /// The calibration these plans were sized by, if any.
+    pub fn calibration(&self) -> Option<&Calibration> {
+        self.calibration.as_deref()
     }
 
     /// Draws one request of this class (`class` is its index, carried into the record).
@@ -559,12 +625,29 @@ impl ClassPlan {
     /// [`PromptError::Encode`] when the tokenizer fails.
     pub fn draw(&self, class: usize, rng: &mut SeededRng) -> Result<DrawnRequest, PromptError> {
         let tok = self.tokenizer.as_deref();
+        let cal = self.calibration.as_deref();
         let lead_space = self.endpoint == Endpoint::Completions && !self.shared_prefix.is_empty();
+        // Tokens the server adds to every request of this shape (BOS, the chat template).
+        let overhead = cal.map_or(0, |c| {
+            c.overhead_of(Shape::of(self.endpoint, !self.shared_prefix.is_empty()))
+        });
         let (prompt, unique_tokens, entry_out) = match &self.prompt {
             PromptSource::Synthetic(d) => {
                 let n = d.sample(rng).unwrap_or(1);
-                let (t, k) = synth_text(n, rng, tok, lead_space)?;
-                (t, k, None)
+                // The content is what is left of the request after the overhead (at least one
+                // token); the request stays `n`, so any gap left shows as drift.
+                let content = n.saturating_sub(overhead).max(1);
+                let t = match cal {
+                    Some(c) if tok.is_none() && c.vocabulary.is_some() => words_text(
+                        content as usize,
+                        rng,
+                        c.first_words(),
+                        c.middle_words(),
+                        lead_space,
+                    ),
+                    _ => synth_text(content, rng, tok, lead_space)?.0,
+                };
+                (t, n, None)
             }
             PromptSource::Dataset(ds) => {
                 let e = &ds.entries[rng.random_range(0..ds.entries.len())];
@@ -573,9 +656,11 @@ impl ClassPlan {
                     t.push(' ');
                 }
                 t.push_str(&e.prompt);
-                let k = match tok {
-                    Some(tk) => tk.count(&t)? as u32,
-                    None => t.split_whitespace().count() as u32,
+                let words = t.split_whitespace().count() as u32;
+                let k = match (tok, cal.and_then(|c| c.tokens_per_word)) {
+                    (Some(tk), _) => tk.count(&t)? as u32 + overhead,
+                    (None, Some(tpw)) => (f64::from(words) * tpw).round() as u32 + overhead,
+                    (None, None) => words,
                 };
                 (t, k, e.output_tokens)
             }

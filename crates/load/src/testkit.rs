@@ -56,6 +56,57 @@ pub struct StubConfig {
     pub fault: StubFault,
     /// Worker threads of the stub's runtime (1 = current-thread runtime).
     pub threads: usize,
+    /// How the stub counts prompt tokens in `usage` (and at `/tokenize`).
+    pub tokenizer: StubTokenizer,
+}
+
+/// How the stub counts prompt tokens: its own rule, unknown to the client, so calibration can be
+/// tested against a tokenizer that is not one token per word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StubTokenizer {
+    /// One token per whitespace-separated word, nothing added (the engine twin's rule).
+    #[default]
+    Words,
+    /// A word of 7 characters or more is 2 tokens, shorter ones 1; every prompt gets a BOS
+    /// token; on chat every message adds 4 template tokens and the generation prompt 3.
+    Subword {
+        /// Serve vLLM's `POST /tokenize` (`prompt`, `add_special_tokens` → `count`, `tokens`).
+        tokenize: bool,
+    },
+}
+
+impl StubTokenizer {
+    /// Tokens of `text` by this rule, without special tokens.
+    pub fn count(self, text: &str) -> u32 {
+        text.split_whitespace()
+            .map(|w| match self {
+                StubTokenizer::Subword { .. } if w.len() >= 7 => 2,
+                _ => 1,
+            })
+            .sum()
+    }
+
+    /// `usage.prompt_tokens` of a completions or chat request body.
+    pub fn prompt_tokens(self, v: &serde_json::Value) -> u32 {
+        let sub = matches!(self, StubTokenizer::Subword { .. });
+        let bos = u32::from(sub);
+        if let Some(p) = v.get("prompt").and_then(|p| p.as_str()) {
+            return bos + self.count(p);
+        }
+        let Some(msgs) = v.get("messages").and_then(|m| m.as_array()) else {
+            return 0;
+        };
+        let content: u32 = msgs
+            .iter()
+            .filter_map(|m| m.get("content").and_then(|c| c.as_str()))
+            .map(|c| self.count(c))
+            .sum();
+        if sub {
+            bos + content + 4 * msgs.len() as u32 + 3
+        } else {
+            content
+        }
+    }
 }
 
 impl Default for StubConfig {
@@ -66,6 +117,7 @@ impl Default for StubConfig {
             itl: Duration::ZERO,
             fault: StubFault::None,
             threads: 1,
+            tokenizer: StubTokenizer::Words,
         }
     }
 }
@@ -259,7 +311,7 @@ async fn handle(
                 .and_then(serde_json::Value::as_u64)
                 .unwrap_or(16)
                 .min(1_000_000) as u32;
-            let prompt_tokens = prompt_words(&v);
+            let prompt_tokens = config.tokenizer.prompt_tokens(&v);
             Ok(stream_response(
                 chat,
                 max_tokens,
@@ -267,23 +319,24 @@ async fn handle(
                 config.as_ref().clone(),
             ))
         }
+        ("POST", "/tokenize")
+            if matches!(config.tokenizer, StubTokenizer::Subword { tokenize: true }) =>
+        {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let Some(p) = v.get("prompt").and_then(|p| p.as_str()) else {
+                return Ok(error_json(StatusCode::BAD_REQUEST, "no prompt"));
+            };
+            let special = v
+                .get("add_special_tokens")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(true);
+            let n = config.tokenizer.count(p) + u32::from(special);
+            let tokens: Vec<u32> = (0..n).collect();
+            let v = serde_json::json!({"count": n, "max_model_len": 4096, "tokens": tokens, "token_strs": null});
+            Ok(full(StatusCode::OK, "application/json", v.to_string()))
+        }
         _ => Ok(error_json(StatusCode::NOT_FOUND, "Not Found")),
     }
-}
-
-fn prompt_words(v: &serde_json::Value) -> u32 {
-    if let Some(p) = v.get("prompt").and_then(|p| p.as_str()) {
-        return p.split_whitespace().count() as u32;
-    }
-    v.get("messages")
-        .and_then(|m| m.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|m| m.get("content").and_then(|c| c.as_str()))
-                .map(|c| c.split_whitespace().count() as u32)
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 #[derive(Clone, Copy, PartialEq)]

@@ -268,6 +268,16 @@ impl Target {
             b = b.header(AUTHORIZATION, a.clone());
         }
         let req = b.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+        self.small_exchange(req, limit).await
+    }
+
+    /// One small request and its whole answer (at most `limit` bytes) within the connect and a
+    /// 10 s read deadline.
+    async fn small_exchange(
+        &self,
+        req: Request<Full<Bytes>>,
+        limit: usize,
+    ) -> Result<(StatusCode, Bytes), String> {
         let fut = async {
             let (mut link, resp) = self.pool.request(req).await?;
             let status = resp.status();
@@ -278,6 +288,35 @@ impl Target {
         tokio::time::timeout(self.config.connect_timeout + Duration::from_secs(10), fut)
             .await
             .map_err(|_| "no answer within the deadline".to_string())?
+    }
+
+    /// `POST {base}{path}` with a JSON body and the whole answer (at most `limit` bytes), within
+    /// the connect and a 10 s read deadline. For small control requests (`/tokenize`), not load.
+    ///
+    /// # Errors
+    /// A message for connection failures, timeouts and over-long bodies.
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        limit: usize,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let uri: Uri = format!("{}{path}", self.prefix)
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+        let mut b = Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header(HOST, self.pool.host_header.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(a) = &self.auth {
+            b = b.header(AUTHORIZATION, a.clone());
+        }
+        let bytes = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+        let req = b
+            .body(Full::new(Bytes::from(bytes)))
+            .map_err(|e| e.to_string())?;
+        self.small_exchange(req, limit).await
     }
 
     /// Sends one streaming request and times it. Never fails: every way a request can end is an
@@ -306,7 +345,9 @@ impl Target {
     ) -> Answer {
         let mut retry_after = None;
         let mut st = StreamState {
-            content_chunk_ns: Vec::with_capacity(req.max_tokens as usize + 1),
+            // Sized for the answer asked for; a workload's huge max_tokens does not reserve GBs.
+            content_chunk_ns: Vec::with_capacity((req.max_tokens as usize + 1).min(1 << 16)),
+            max_content_chunks: Some(sse::chunk_limit(req.max_tokens)),
             ..StreamState::default()
         };
         let mut rec = RequestRecord {
@@ -524,6 +565,12 @@ impl Target {
                     *last_ns = t;
                     if let Some(data) = frame.data_ref() {
                         sp.feed(data, &mut |ev| st.on_event(ev, t));
+                        // A stream past the client's bounds ends here; dropping the link closes
+                        // the connection, so the server stops sending.
+                        if let Some(why) = sp.overflow().or(st.over_limit.as_deref()) {
+                            rec.message = Some(why.to_string());
+                            return Some(Outcome::Protocol);
+                        }
                     }
                 }
                 Some(Err(e)) => {
