@@ -6,7 +6,8 @@
 //! decision table's first corrective actions (a per-class concurrency limit, a separate pool for
 //! long-context traffic).
 //!
-//! Rooms, in pipeline order: [`config`] (gateway.yaml), [`ids`] (X-Request-Id, traceparent),
+//! Rooms, in pipeline order: [`config`] (gateway.yaml), [`path`] (the canonical request path),
+//! [`ids`] (X-Request-Id, traceparent),
 //! [`classify`] (route, model, prompt-length and max_tokens buckets, tenant allowlist), [`admit`]
 //! (per-class limit and wait queue), [`proxy`] (the server and forwarding, assembled in one
 //! place), [`upstream`] (upstream connections, driven in the client's task), [`body`] (the
@@ -32,6 +33,7 @@ pub mod drain;
 pub mod error;
 pub mod ids;
 pub mod metrics;
+pub mod path;
 pub mod proxy;
 pub mod sse;
 mod sse_scan;

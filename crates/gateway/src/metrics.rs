@@ -114,16 +114,19 @@ pub enum InvalidReason {
     Unauthorized,
     /// 404: a path the gateway does not forward.
     NotFound,
+    /// 400: a path that is not canonical (see [`crate::path`]).
+    BadPath,
 }
 
 impl InvalidReason {
     /// Every reason, in label order.
-    pub const ALL: [InvalidReason; 5] = [
+    pub const ALL: [InvalidReason; 6] = [
         InvalidReason::MalformedJson,
         InvalidReason::BodyTooLarge,
         InvalidReason::BodyTimeout,
         InvalidReason::Unauthorized,
         InvalidReason::NotFound,
+        InvalidReason::BadPath,
     ];
 
     /// The `reason` label value.
@@ -134,6 +137,7 @@ impl InvalidReason {
             InvalidReason::BodyTimeout => "body_timeout",
             InvalidReason::Unauthorized => "unauthorized",
             InvalidReason::NotFound => "not_found",
+            InvalidReason::BadPath => "bad_path",
         }
     }
 }

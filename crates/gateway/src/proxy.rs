@@ -11,7 +11,11 @@
 //! upstreams is used round-robin, and a request whose connection could not be made is tried
 //! once on each other member of its pool (it never reached an engine, so this is safe).
 //!
-//! Status codes the gateway answers itself: 400 malformed JSON, 401 bad API key, 404 unknown
+//! Routing uses the percent-decoded, checked path ([`crate::path`]): a path that is not
+//! canonical is a 400, and upstream `Location` headers are rewritten so they never name the
+//! upstream.
+//!
+//! Status codes the gateway answers itself: 400 malformed JSON or a non-canonical path, 401 bad API key, 404 unknown
 //! path, 408 body too slow, 413 body too large, 429 queue full, 503 queue timeout, 502 upstream
 //! unreachable, 504 no response head within `first_byte` (streaming) or `total` (non-streaming). Every response carries `x-request-id`
 //! and `traceparent` (see [`crate::ids`]). Prompts and completions are never logged.
@@ -28,6 +32,7 @@ use crate::drain::Drain;
 use crate::error::error_json;
 use crate::ids;
 use crate::metrics::{CONTENT_TYPE, ClassMetrics, GatewayOutcome, InvalidReason, Metrics};
+use crate::path::{self, Canonical};
 use crate::upstream::{Conns, UpstreamBody, UpstreamError};
 use bytes::{Bytes, BytesMut};
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE as CT, HeaderValue, RETRY_AFTER};
@@ -146,8 +151,11 @@ impl Gateway {
     /// Handles one request (the whole pipeline). Never fails: every problem is a response.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<ProxyBody> {
         let accepted = Instant::now();
+        let canon = path::canonicalise(req.uri().path());
         // HEAD too (uptime checks use it); hyper sends a HEAD answer's headers without the body.
-        if req.uri().path() == "/metrics" && matches!(*req.method(), Method::GET | Method::HEAD) {
+        if canon.as_ref().is_ok_and(|c| c.route_path() == "/metrics")
+            && matches!(*req.method(), Method::GET | Method::HEAD)
+        {
             let mut r = Response::new(ProxyBody::full(self.metrics.render()));
             r.headers_mut()
                 .insert(CT, HeaderValue::from_static(CONTENT_TYPE));
@@ -164,7 +172,13 @@ impl Gateway {
                 None
             },
         };
-        let mut resp = self.pipeline(req, accepted, &corr).await;
+        let mut resp = match canon {
+            Ok(c) => self.pipeline(req, &c, accepted, &corr).await,
+            Err(e) => {
+                self.metrics.invalid(InvalidReason::BadPath);
+                error(StatusCode::BAD_REQUEST, e.message())
+            }
+        };
         let h = resp.headers_mut();
         h.insert(X_REQUEST_ID, rid);
         h.insert(TRACEPARENT, tp);
@@ -174,18 +188,32 @@ impl Gateway {
     async fn pipeline(
         &self,
         req: Request<Incoming>,
+        canon: &Canonical,
         accepted: Instant,
         corr: &Correlation,
     ) -> Response<ProxyBody> {
-        let path = req.uri().path();
+        // Every decision below is taken on the canonical path (see [`crate::path`]).
+        let path = canon.route_path();
         let route = Route::of_path(path).filter(|_| req.method() == Method::POST);
         if route.is_none() && !passthrough_path(path) {
             self.metrics.invalid(InvalidReason::NotFound);
             return error(
                 StatusCode::NOT_FOUND,
-                &format!("no route {path} at the gateway"),
+                &format!("no route {} at the gateway", path::encode(path)),
             );
         }
+        // A measured route goes to its exact path; anything else keeps its trailing slash, so
+        // the upstream's own slash handling (a redirect, rewritten below) still applies.
+        let target = {
+            let p = match route {
+                Some(_) => path.to_string(),
+                None => canon.forward(),
+            };
+            match req.uri().query() {
+                Some(q) => format!("{p}?{q}"),
+                None => p,
+            }
+        };
         // As vLLM's `--api-key`: only `/v1/*` needs the key, so uptime probes of `/health`
         // work without it.
         if let Some(key) = &self.cfg.api_key
@@ -204,7 +232,9 @@ impl Gateway {
             Err(r) => return r,
         };
         let Some(route) = route else {
-            return self.forward_plain(&parts, body, corr, accepted).await;
+            return self
+                .forward_plain(&parts, &target, body, corr, accepted)
+                .await;
         };
         let facts = match RequestFacts::from_body(&body) {
             Ok(f) => f,
@@ -252,7 +282,10 @@ impl Gateway {
         // Before dispatch: body read, parsing, classification and admission bookkeeping.
         let before_upstream = accepted.elapsed().saturating_sub(waited);
         let head_within = self.head_within(facts.stream, accepted);
-        let resp = match self.forward(pool, &parts, body, corr, head_within).await {
+        let resp = match self
+            .forward(pool, &parts, &target, body, corr, head_within)
+            .await
+        {
             Ok(r) => r,
             Err((o, r)) => {
                 gone.disarm();
@@ -340,15 +373,16 @@ impl Gateway {
         }
     }
 
-    /// The request for `up`, in origin form (the connection sets `Host`).
+    /// The request for `up`, in origin form (the connection sets `Host`); `pq` is the
+    /// canonical path (and the query as sent).
     fn upstream_request(
         &self,
         up: &Upstream,
         parts: &http::request::Parts,
+        pq: &str,
         body: Bytes,
         corr: &Correlation,
     ) -> Option<Request<Full<Bytes>>> {
-        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri: Uri = if up.prefix.is_empty() {
             pq.parse().ok()?
         } else {
@@ -391,6 +425,7 @@ impl Gateway {
         &self,
         pool: &str,
         parts: &http::request::Parts,
+        target: &str,
         body: Bytes,
         corr: &Correlation,
         head_within: Duration,
@@ -420,7 +455,7 @@ impl Gateway {
                     continue;
                 }
             };
-            let Some(req) = self.upstream_request(up, parts, body.clone(), corr) else {
+            let Some(req) = self.upstream_request(up, parts, target, body.clone(), corr) else {
                 return Err((
                     GatewayOutcome::InvalidRequest,
                     error(
@@ -430,7 +465,10 @@ impl Gateway {
                 ));
             };
             match tokio::time::timeout(head_within, conns.request(req)).await {
-                Ok(Ok(r)) => return Ok(r),
+                Ok(Ok(mut r)) => {
+                    client_locations(r.headers_mut(), &up.prefix);
+                    return Ok(r);
+                }
                 Ok(Err(UpstreamError::Connect(e))) => {
                     reasons.push(format!("{who}: {e}"));
                 }
@@ -472,6 +510,7 @@ impl Gateway {
     async fn forward_plain(
         &self,
         parts: &http::request::Parts,
+        target: &str,
         body: Bytes,
         corr: &Correlation,
         accepted: Instant,
@@ -480,7 +519,14 @@ impl Gateway {
             parts.method == Method::GET || RequestFacts::from_body(&body).is_ok_and(|f| f.stream);
         let head_within = self.head_within(stream, accepted);
         match self
-            .forward(crate::config::DEFAULT_POOL, parts, body, corr, head_within)
+            .forward(
+                crate::config::DEFAULT_POOL,
+                parts,
+                target,
+                body,
+                corr,
+                head_within,
+            )
             .await
         {
             Ok(r) => {
@@ -603,6 +649,27 @@ fn strip_hop_by_hop(h: &mut http::HeaderMap, sse: bool) {
     );
     for k in drop {
         h.remove(k);
+    }
+}
+
+/// Rewrites the upstream's `Location` and `Content-Location` headers so that they never name
+/// the upstream (see [`path::client_location`]); one with nothing safe left is dropped.
+fn client_locations(h: &mut http::HeaderMap, prefix: &str) {
+    for name in [http::header::LOCATION, http::header::CONTENT_LOCATION] {
+        let Some(v) = h.get(&name) else { continue };
+        let fixed = v
+            .to_str()
+            .ok()
+            .and_then(|v| path::client_location(v, prefix))
+            .and_then(|v| HeaderValue::from_str(&v).ok());
+        match fixed {
+            Some(v) => {
+                h.insert(name, v);
+            }
+            None => {
+                h.remove(name);
+            }
+        }
     }
 }
 
