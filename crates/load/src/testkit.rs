@@ -41,6 +41,27 @@ pub enum StubFault {
     DropAfter(u32),
     /// Send the headers, then nothing until the client gives up.
     Stall,
+    /// Hostile: after the headers, one SSE line that never ends (64 KiB frames of `x`, no line
+    /// end), until the client goes away.
+    EndlessLine,
+    /// Hostile: content chunks for ever, whatever `max_tokens` asked (no `finish_reason`).
+    IgnoreMaxTokens,
+    /// Hostile: before the first content chunk, one event of `lines` `data:` lines of
+    /// `line_bytes` bytes each (no blank line between them), then the normal stream.
+    HugeEvent {
+        /// Bytes of each `data:` line's value.
+        line_bytes: usize,
+        /// `data:` lines in the event.
+        lines: usize,
+    },
+    /// A frozen server: no frame of any stream is sent between `from` and `until`; frames due
+    /// then go out at `until` (the streams resume as after a GC pause or a stuck engine step).
+    Freeze {
+        /// Start of the freeze.
+        from: std::time::Instant,
+        /// End of the freeze.
+        until: std::time::Instant,
+    },
 }
 
 /// Stub behaviour.
@@ -339,6 +360,27 @@ async fn handle(
     }
 }
 
+/// The frames of a hostile fault that replace the stream (`EndlessLine`) or come before its
+/// first content chunk (`HugeEvent`), by step `i`; `None` when the normal chunk is due. The
+/// content steps count these frames too, so `HugeEvent` shifts the chunk count by its frames.
+fn hostile_frame(fault: &StubFault, i: u32) -> Option<Bytes> {
+    static XS: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+    match *fault {
+        StubFault::EndlessLine if i == 0 => {
+            Some(Bytes::from_static(b"data: {\"choices\":[{\"text\":\""))
+        }
+        StubFault::EndlessLine => Some(Bytes::from_static(&XS)),
+        StubFault::HugeEvent { line_bytes, lines } if (i as usize) < lines => {
+            let mut v = Vec::with_capacity(line_bytes + 8);
+            v.extend_from_slice(b"data: ");
+            v.resize(6 + line_bytes, b'x');
+            v.push(b'\n');
+            Some(Bytes::from(v))
+        }
+        _ => None,
+    }
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Step {
     Role,
@@ -383,9 +425,18 @@ fn stream_response(
                     if config.fault == StubFault::Stall {
                         std::future::pending::<()>().await;
                     }
+                    if let Some(b) = hostile_frame(&config.fault, i) {
+                        return Some((frame(b), (Step::Content(i + 1), config)));
+                    }
                     let wait = if i == 0 { config.ttft } else { config.itl };
                     if !wait.is_zero() {
                         tokio::time::sleep(wait).await;
+                    }
+                    if let StubFault::Freeze { from, until } = config.fault {
+                        let now = std::time::Instant::now();
+                        if now >= from && now < until {
+                            tokio::time::sleep_until(until.into()).await;
+                        }
                     }
                     match config.fault {
                         StubFault::ErrorAfter(n) if i == n => {
@@ -407,7 +458,7 @@ fn stream_response(
                         }
                         _ => {}
                     }
-                    if i + 1 >= max_tokens {
+                    if i + 1 >= max_tokens && config.fault != StubFault::IgnoreMaxTokens {
                         Some((frame(last), (Step::Usage, config)))
                     } else {
                         Some((frame(content), (Step::Content(i + 1), config)))

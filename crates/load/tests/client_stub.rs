@@ -557,3 +557,53 @@ async fn a_request_the_server_read_and_dropped_is_not_sent_again() {
     drop(t);
     assert!(h.join().unwrap() <= 3);
 }
+
+/// A hostile or broken server cannot grow the client's memory without bound: an endless line,
+/// an event of many huge `data:` lines and a stream that ignores `max_tokens` each end their
+/// request as `protocol`, soon, naming the bound; the next request on the same target works.
+#[tokio::test]
+async fn hostile_streams_end_as_protocol_within_the_bounds() {
+    use headroom_load::client::sse::{MAX_EVENT_BYTES, MAX_LINE_BYTES, chunk_limit};
+    let cases = [
+        (StubFault::EndlessLine, "line longer than"),
+        (
+            StubFault::HugeEvent {
+                line_bytes: 512 * 1024,
+                lines: 2 * MAX_EVENT_BYTES / (512 * 1024),
+            },
+            "event larger than",
+        ),
+        (
+            StubFault::HugeEvent {
+                line_bytes: 2 * MAX_LINE_BYTES,
+                lines: 1,
+            },
+            "line longer than",
+        ),
+        (StubFault::IgnoreMaxTokens, "more than 84 content chunks"),
+    ];
+    assert_eq!(chunk_limit(10), 84);
+    for (fault, needle) in cases {
+        let stub = StubServer::start(StubConfig {
+            fault: fault.clone(),
+            ..StubConfig::default()
+        })
+        .unwrap();
+        let t = target(&stub, Duration::from_secs(20));
+        let t0 = Instant::now();
+        let r = t
+            .send(
+                &request(Endpoint::Completions, 10),
+                Instant::now(),
+                &CancellationFlag::new(),
+            )
+            .await;
+        assert_eq!(r.outcome, Outcome::Protocol, "{fault:?}: {:?}", r.message);
+        let m = r.message.unwrap_or_default();
+        assert!(m.contains(needle), "{fault:?}: {m}");
+        assert!(r.timing.content_chunk_ns.len() <= chunk_limit(10));
+        assert!(t0.elapsed() < Duration::from_secs(10), "{fault:?}");
+        // The connection was dropped, not pooled with a stream still running on it.
+        assert_eq!(t.idle_connections(), 0, "{fault:?}");
+    }
+}

@@ -23,8 +23,18 @@ use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::fmt;
 
-/// Splits a byte stream into SSE events (see the module docs).
-#[derive(Debug, Default)]
+/// Longest SSE line accepted, bytes (1 MiB): a vLLM chunk is well under 1 KiB, one with 20 top
+/// logprobs per token a few KiB. A server that sends a line without end (a broken proxy, a hostile
+/// target) would otherwise grow the client's buffer until the allocator aborts.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Largest SSE event accepted (its `data` lines joined), bytes (4 MiB).
+pub const MAX_EVENT_BYTES: usize = 4 << 20;
+
+/// Splits a byte stream into SSE events (see the module docs), within [`MAX_LINE_BYTES`] per line
+/// and [`MAX_EVENT_BYTES`] per event: past either the splitter stops, frees its buffers and says
+/// why in [`SseSplitter::overflow`].
+#[derive(Debug)]
 pub struct SseSplitter {
     /// Bytes of an unfinished line carried over from earlier frames.
     partial: Vec<u8>,
@@ -34,16 +44,35 @@ pub struct SseSplitter {
     has_data: bool,
     /// The previous frame ended in CR: a leading LF in the next frame belongs to that line end.
     after_cr: bool,
+    max_line: usize,
+    max_event: usize,
+    /// Set once a limit was passed; nothing more is parsed.
+    overflow: Option<String>,
+}
+
+impl Default for SseSplitter {
+    fn default() -> Self {
+        SseSplitter::with_limits(MAX_LINE_BYTES, MAX_EVENT_BYTES)
+    }
 }
 
 impl SseSplitter {
-    /// A splitter with buffers sized for typical chunks.
+    /// A splitter with buffers sized for typical chunks and the default limits.
     pub fn new() -> SseSplitter {
+        SseSplitter::default()
+    }
+
+    /// A splitter that accepts lines of at most `max_line` bytes and events of at most
+    /// `max_event` bytes of data.
+    pub fn with_limits(max_line: usize, max_event: usize) -> SseSplitter {
         SseSplitter {
             partial: Vec::with_capacity(512),
             data: Vec::with_capacity(512),
             has_data: false,
             after_cr: false,
+            max_line,
+            max_event,
+            overflow: None,
         }
     }
 
@@ -53,13 +82,31 @@ impl SseSplitter {
         self.data.clear();
         self.has_data = false;
         self.after_cr = false;
+        self.overflow = None;
     }
 
-    /// Feeds one frame; calls `on_event` with the data of every event it completes.
+    /// Why the splitter stopped: a line or an event over its limit. `None` while it parses.
+    pub fn overflow(&self) -> Option<&str> {
+        self.overflow.as_deref()
+    }
+
+    /// Stops parsing with `why` and frees the buffers (they may be large by now).
+    fn stop(&mut self, why: String) {
+        self.overflow.get_or_insert(why);
+        self.partial = Vec::new();
+        self.data = Vec::new();
+        self.has_data = false;
+    }
+
+    /// Feeds one frame; calls `on_event` with the data of every event it completes. After an
+    /// overflow ([`SseSplitter::overflow`]) frames are ignored.
     ///
     /// An event whose single `data` line and dispatching blank line both lie in this frame (the
     /// usual case) is handed over as a slice of `frame`, without a copy.
     pub fn feed(&mut self, frame: &[u8], on_event: &mut impl FnMut(&[u8])) {
+        if self.overflow.is_some() {
+            return;
+        }
         let mut i = 0;
         if self.after_cr {
             self.after_cr = false;
@@ -71,6 +118,12 @@ impl SseSplitter {
         let mut borrowed: Option<(usize, usize)> = None;
         while i < frame.len() {
             let Some(off) = memchr::memchr2(b'\n', b'\r', &frame[i..]) else {
+                if self.partial.len() + (frame.len() - i) > self.max_line {
+                    return self.stop(format!(
+                        "SSE line longer than {} bytes without a line end",
+                        self.max_line
+                    ));
+                }
                 self.partial.extend_from_slice(&frame[i..]);
                 break;
             };
@@ -101,6 +154,9 @@ impl SseSplitter {
                 line.clear();
                 self.partial = line;
             }
+            if self.overflow.is_some() {
+                return;
+            }
             i = next;
         }
         if let Some((s, e)) = borrowed {
@@ -111,6 +167,9 @@ impl SseSplitter {
     /// End of stream: an unfinished line is processed and a pending event dispatched (a stream
     /// may end without the final blank line).
     pub fn finish(&mut self, on_event: &mut impl FnMut(&[u8])) {
+        if self.overflow.is_some() {
+            return;
+        }
         if !self.partial.is_empty() {
             let line = std::mem::take(&mut self.partial);
             let mut held = None;
@@ -133,6 +192,9 @@ impl SseSplitter {
         on_event: &mut impl FnMut(&[u8]),
     ) {
         let line = &buf[start..end];
+        if line.len() > self.max_line {
+            return self.stop(format!("SSE line longer than {} bytes", self.max_line));
+        }
         if line.is_empty() {
             if self.has_data {
                 match borrowed.take() {
@@ -167,6 +229,9 @@ impl SseSplitter {
             }
             if let Some((s, e)) = borrowed.take() {
                 self.data.extend_from_slice(&buf[s..e]);
+            }
+            if self.data.len() + 1 + (end - value_start) > self.max_event {
+                return self.stop(format!("SSE event larger than {} bytes", self.max_event));
             }
             self.data.push(b'\n');
             self.data.extend_from_slice(&buf[value_start..end]);
@@ -217,6 +282,19 @@ pub struct StreamState {
     pub server_error: Option<String>,
     /// First event that could not be understood (bad JSON), with the reason.
     pub protocol_error: Option<String>,
+    /// Most content chunks kept ([`chunk_limit`]); `None`: no limit.
+    pub max_content_chunks: Option<usize>,
+    /// Set when the stream passed `max_content_chunks`: the server sent more generated text than
+    /// asked for, and the request ends as `protocol`.
+    pub over_limit: Option<String>,
+}
+
+/// The content chunks a request with `max_tokens` may carry before the stream counts as broken:
+/// twice `max_tokens`, plus 64. A chunk carries at least one token, so a server within
+/// `max_tokens` stays under it with room for empty-text quirks; one that ignores `max_tokens`
+/// and streams forever is cut there, its timestamps (8 bytes a chunk) bounded.
+pub fn chunk_limit(max_tokens: u32) -> usize {
+    (max_tokens as usize).saturating_mul(2).saturating_add(64)
 }
 
 impl StreamState {
@@ -231,6 +309,21 @@ impl StreamState {
         self.done_ns = None;
         self.server_error = None;
         self.protocol_error = None;
+        self.over_limit = None;
+    }
+
+    /// A content chunk arrived at `t_ns`: kept, unless it passes `max_content_chunks`.
+    fn content_chunk(&mut self, t_ns: u64) {
+        match self.max_content_chunks {
+            Some(max) if self.content_chunk_ns.len() >= max => {
+                self.over_limit.get_or_insert_with(|| {
+                    format!(
+                        "the server sent more than {max} content chunks (far more text than max_tokens allows): stream cut"
+                    )
+                });
+            }
+            _ => self.content_chunk_ns.push(t_ns),
+        }
     }
 
     /// Interprets one event's data, which arrived at `t_ns`.
@@ -243,7 +336,7 @@ impl StreamState {
         }
         if let Some(c) = super::chunk_scan::scan(data) {
             if c.content {
-                self.content_chunk_ns.push(t_ns);
+                self.content_chunk(t_ns);
             }
             if let Some(fr) = c.finish_reason
                 && self.finish_reason.is_none()
@@ -291,7 +384,7 @@ impl StreamState {
                 .delta
                 .is_some_and(|d| d.content.0 || d.reasoning_content.0 || d.reasoning.0);
             if c.text.0 || delta_content {
-                self.content_chunk_ns.push(t_ns);
+                self.content_chunk(t_ns);
             }
             if let Some(fr) = c.finish_reason
                 && self.finish_reason.is_none()
@@ -646,6 +739,71 @@ data: [DONE]\n\n";
             assert_eq!(st.finish_reason.as_deref(), Some("length"));
             assert_eq!(st.outcome(false), Outcome::Length);
         }
+    }
+
+    /// Lines and events over the limits stop the splitter wherever the frames split them; at
+    /// the limits exactly they pass.
+    #[test]
+    fn lines_and_events_are_bounded_at_every_split() {
+        let line = |n: usize| format!("data: {}\n\n", "x".repeat(n - 6)).into_bytes();
+        let event = |lines: usize| {
+            let mut v = Vec::new();
+            for _ in 0..lines {
+                v.extend_from_slice(format!("data: {}\n", "y".repeat(50)).as_bytes());
+            }
+            v.push(b'\n');
+            v
+        };
+        // (stream, events expected, overflow expected): 6 + 58 = a 64-byte line; 5 data lines of
+        // 50 bytes are 254 bytes joined, 6 are 305.
+        let cases = [
+            (line(64), 1, None),
+            (line(65), 0, Some("line longer than 64")),
+            (event(5), 1, None),
+            (event(6), 0, Some("event larger than 256")),
+            ([b':'; 200].to_vec(), 0, Some("line longer than 64")),
+        ];
+        for (bytes, events, overflow) in cases {
+            for split in 1..bytes.len() {
+                let mut sp = SseSplitter::with_limits(64, 256);
+                let mut n = 0;
+                for f in bytes.chunks(split) {
+                    sp.feed(f, &mut |_| n += 1);
+                }
+                sp.finish(&mut |_| n += 1);
+                assert_eq!(n, events, "split {split}");
+                match overflow {
+                    Some(w) => assert!(sp.overflow().is_some_and(|o| o.contains(w)), "{split}"),
+                    None => assert_eq!(sp.overflow(), None, "split {split}"),
+                }
+            }
+        }
+        let mut sp = SseSplitter::with_limits(64, 256);
+        sp.feed(&line(65), &mut |_| {});
+        let mut n = 0;
+        sp.feed(b"data: [DONE]\n\n", &mut |_| n += 1);
+        assert_eq!(n, 0, "nothing is parsed after an overflow");
+        sp.reset();
+        sp.feed(b"data: [DONE]\n\n", &mut |_| n += 1);
+        assert_eq!((n, sp.overflow()), (1, None));
+    }
+
+    #[test]
+    fn content_chunks_past_the_limit_are_not_kept() {
+        let mut st = StreamState {
+            max_content_chunks: Some(3),
+            ..StreamState::default()
+        };
+        let chunk = br#"{"choices":[{"index":0,"text":" a","finish_reason":null}]}"#;
+        for t in 0..10 {
+            st.on_event(chunk, t);
+        }
+        assert_eq!(st.content_chunk_ns, [0, 1, 2]);
+        assert!(
+            st.over_limit
+                .as_deref()
+                .is_some_and(|m| m.contains("more than 3"))
+        );
     }
 
     #[test]
