@@ -585,6 +585,10 @@ pub struct KvPool {
     pub size_tokens: Option<f64>,
     /// `kv_cache_max_concurrency` (mid-2026 builds): full-length requests that fit at once.
     pub max_concurrency: Option<f64>,
+    /// `enable_prefix_caching` (`True`/`False`): whether the server runs with prefix caching;
+    /// `None` when the label is absent or reads anything else.
+    #[serde(default)]
+    pub prefix_caching: Option<bool>,
 }
 
 /// The canonical view of one engine scrape.
@@ -669,6 +673,11 @@ pub fn engine_snapshot(
             block_size: num("block_size"),
             size_tokens: num("kv_cache_size_tokens"),
             max_concurrency: num("kv_cache_max_concurrency"),
+            prefix_caching: match cfg.labels.get("enable_prefix_caching") {
+                Some("True" | "true") => Some(true),
+                Some("False" | "false") => Some(false),
+                _ => None,
+            },
         };
     }
     snap

@@ -65,6 +65,11 @@ pub struct Quantile {
     /// [`Quantile::reported`] / [`Quantile::describe`].
     #[serde(default)]
     pub upper_bound_only: bool,
+    /// `upper` (and `value`, when it was above) was lowered by what `_sum` permits
+    /// ([`Histogram::quantile_bounded`]): the bucket's own edge was further from the truth than
+    /// the histogram's sum allows.
+    #[serde(default)]
+    pub capped_by_sum: bool,
 }
 
 impl Quantile {
@@ -161,6 +166,7 @@ impl Histogram {
             forced_monotonic,
             observations,
             upper_bound_only: idx == 0 && b[0].le > 0.0,
+            capped_by_sum: false,
         };
         if idx == b.len() - 1 {
             let top = b[b.len() - 2].le;
@@ -178,6 +184,117 @@ impl Histogram {
             rank -= b[idx - 1].count;
         }
         Some(out(start + (end - start) * (rank / count), start, end))
+    }
+
+    /// [`Histogram::quantile`] with its bracket tightened by `_sum`, for histograms of
+    /// non-negative values (durations, token counts) whose first bucket bound is > 0.
+    ///
+    /// The observations ranked at or above the quantile are all ≥ it, and every other one is at
+    /// least its bucket's lower bound, so `_sum` ≥ (those above the rank) × quantile + the lower
+    /// bounds of the rest: the quantile is at most what is left of `_sum` over their number.
+    /// With a mean of 0.1 ms a p95 cannot be 300 ms, the first bucket's edge: at most 5 % of the
+    /// observations can hold the 20 × 0.1 ms of sum each needs, so p95 ≤ 2 ms. When that is
+    /// below `upper`, `upper` becomes it (never below `lower`), `value` is capped to it and
+    /// [`Quantile::capped_by_sum`] is set. Counts that are not whole numbers (a Prometheus
+    /// `increase()`) are taken conservatively. Data the bound contradicts (a `_sum` smaller
+    /// than the buckets' lower bounds allow) leaves the quantile as it is.
+    pub fn quantile_bounded(&self, q: f64) -> Option<Quantile> {
+        let mut out = self.quantile(q)?;
+        let b = self.prepared()?;
+        if b[0].le <= 0.0 || !self.sum.is_finite() {
+            return Some(out);
+        }
+        let n = b[b.len() - 1].count;
+        let rank = q * n;
+        let idx = b[..b.len() - 1]
+            .iter()
+            .position(|x| x.count >= rank)
+            .unwrap_or(b.len() - 1);
+        let lo = if idx == 0 { 0.0 } else { b[idx - 1].le };
+        let cum_lo = if idx == 0 { 0.0 } else { b[idx - 1].count };
+        let cum_hi = b[idx].count;
+        let whole = b.iter().all(|x| x.count.fract() == 0.0);
+        // observations of the rank's bucket at or above the rank, and those below it
+        let (above, below) = if whole {
+            let pos = rank.ceil().max(1.0);
+            (cum_hi - pos + 1.0, (pos - 1.0 - cum_lo).max(0.0))
+        } else {
+            (cum_hi - rank, 0.0)
+        };
+        if above <= 0.0 {
+            return Some(out);
+        }
+        let others: f64 = lower_bound_mass(&b, Some(idx));
+        let slack = 1e-9 * self.sum.abs();
+        let bound = (self.sum + slack - others - below * lo) / above;
+        if bound < lo - slack {
+            return Some(out); // inconsistent with the buckets: no claim
+        }
+        let bound = bound.max(lo);
+        if bound < out.upper {
+            out.upper = bound;
+            out.value = out.value.min(bound);
+            out.capped_by_sum = true;
+        }
+        Some(out)
+    }
+
+    /// [`Histogram::fraction_le`] with the bracket tightened by `_sum`, for non-negative values
+    /// and a first bucket bound > 0: when `threshold` falls inside a bucket, how many of that
+    /// bucket's observations can lie above it is bounded by what `_sum` leaves once every other
+    /// observation has its bucket's lower bound (at most), and by what it still needs once every
+    /// other one has its upper bound (at least, when no observation is in `+Inf`). A threshold
+    /// of 10 ms inside a first bucket of 300 ms, with 27 observations summing to 4 ms: at most
+    /// 0.4 of them are above 10 ms, so ≥ 98.5 % are ≤ 10 ms, where the buckets alone say
+    /// 0–100 %. The estimate is clamped into the bracket.
+    pub fn fraction_le_bounded(&self, threshold: f64) -> Option<(f64, f64, f64)> {
+        let (est, lo, hi) = self.fraction_le(threshold)?;
+        let b = self.prepared()?;
+        if b[0].le <= 0.0 || threshold <= 0.0 || !self.sum.is_finite() || lo == hi {
+            return Some((est, lo, hi));
+        }
+        let n = b[b.len() - 1].count;
+        let Some(s) = b.iter().position(|x| threshold < x.le) else {
+            return Some((est, lo, hi));
+        };
+        let lo_s = if s == 0 { 0.0 } else { b[s - 1].le };
+        if threshold <= lo_s {
+            return Some((est, lo, hi));
+        }
+        let hi_s = b[s].le;
+        let cum_lo = if s == 0 { 0.0 } else { b[s - 1].count };
+        let c_s = b[s].count - cum_lo;
+        let slack = 1e-9 * self.sum.abs();
+        // at most: the others at their lower bounds, this bucket's at lo_s or just above T
+        let x_max =
+            (self.sum + slack - lower_bound_mass(&b, Some(s)) - c_s * lo_s) / (threshold - lo_s);
+        // at least: the others at their upper bounds, this bucket's at T or at hi_s
+        let upper_others = upper_bound_mass(&b, Some(s));
+        let x_min = if hi_s.is_finite() && upper_others.is_finite() {
+            (self.sum - slack - upper_others - c_s * threshold) / (hi_s - threshold)
+        } else {
+            0.0
+        };
+        let (x_min, x_max) = (x_min.clamp(0.0, c_s), x_max.clamp(0.0, c_s));
+        if x_min > x_max {
+            return Some((est, lo, hi)); // inconsistent with the buckets: no claim
+        }
+        let lo2 = ((b[s].count - x_max) / n).max(lo);
+        let hi2 = ((b[s].count - x_min) / n).min(hi);
+        Some((est.clamp(lo2, hi2), lo2, hi2))
+    }
+
+    /// Buckets sorted, float noise corrected and monotonicity forced, as PromQL reads them;
+    /// `None` without `+Inf`, with fewer than two buckets or no observations.
+    fn prepared(&self) -> Option<Vec<Bucket>> {
+        let mut b = self.buckets.clone();
+        if b.last().is_none_or(|l| l.le != f64::INFINITY) || b.len() < 2 {
+            return None;
+        }
+        correct_precision_errors(&mut b, 1e-12);
+        ensure_monotonic(&mut b);
+        let n = b[b.len() - 1].count;
+        (n.is_finite() && n > 0.0).then_some(b)
     }
 
     /// Share of observations ≤ `threshold` (0–1) with a bracket: `(estimate, lower, upper)`.
@@ -225,6 +342,35 @@ impl Histogram {
         }
         Some((1.0, 1.0, 1.0))
     }
+}
+
+/// Σ over buckets (but `skip`) of their observations × their lower bound (0 for the first):
+/// the least those observations can add to `_sum` when values are non-negative.
+fn lower_bound_mass(b: &[Bucket], skip: Option<usize>) -> f64 {
+    let mut prev = (0.0, 0.0); // (le, cumulative count) of the bucket below
+    let mut out = 0.0;
+    for (i, x) in b.iter().enumerate() {
+        if Some(i) != skip {
+            out += (x.count - prev.1) * prev.0;
+        }
+        prev = (x.le, x.count);
+    }
+    out
+}
+
+/// Σ over buckets (but `skip`) of their observations × their upper bound: the most they can
+/// add to `_sum`; `+Inf` when a bucket other than `skip` above the last finite bound holds any.
+fn upper_bound_mass(b: &[Bucket], skip: Option<usize>) -> f64 {
+    let mut prev = 0.0;
+    let mut out = 0.0;
+    for (i, x) in b.iter().enumerate() {
+        let c = x.count - prev;
+        if Some(i) != skip && c > 0.0 {
+            out += c * x.le;
+        }
+        prev = x.count;
+    }
+    out
 }
 
 /// PromQL `correctPrecisionErrors`: a bucket whose count differs from the previous kept count
@@ -374,6 +520,65 @@ mod tests {
         assert_eq!(x.buckets.len(), 2);
         assert_eq!(x.buckets[0].count, 5.0);
         assert_eq!(x.buckets[1].count, 10.0);
+    }
+
+    /// The real vLLM after-burst scrape: 27 queue-time observations summing to 4.06 ms, all in
+    /// the first bucket [0, 0.3] s. PromQL's p95 is 285 ms; the sum allows at most
+    /// (4.06 ms) / 2 observations at or above the rank (27 − ⌈25.65⌉ + 1 = 2) = 2.03 ms.
+    #[test]
+    fn the_sum_caps_a_quantile_its_buckets_leave_wide() {
+        let sum = 0.004058750000;
+        let x = Histogram::from_pairs([(0.3, 27.0), (0.5, 27.0), (INF, 27.0)], sum, 27.0);
+        let q = x.quantile_bounded(0.95).unwrap();
+        assert!(q.capped_by_sum && q.upper_bound_only);
+        assert!((q.upper - sum / 2.0).abs() < 1e-9, "{}", q.upper);
+        assert!(q.value <= q.upper);
+        assert_eq!(q.reported(), q.upper);
+        // the sum never widens a bracket, and never goes below the bucket's lower bound
+        let y = h(&[(0.1, 2.0), (0.5, 8.0), (1.0, 10.0), (INF, 10.0)]);
+        let y = Histogram { sum: 4.0, ..y };
+        let q = y.quantile_bounded(0.5).unwrap();
+        assert!(!q.capped_by_sum, "{q:?}");
+        // 10 observations: 2 ≤ 0.1, 6 in (0.1, 0.5], 2 in (0.5, 1]; sum 1.7 s. p95 rank 9.5
+        // lands in (0.5, 1]: the 10th observation is ≥ p95 and the rest add ≥ 2×0 + 6×0.1 + 1
+        // × 0.5 (the 9th, in the same bucket), so p95 ≤ 1.7 − 0.6 − 0.5 = 0.6 s.
+        let z = Histogram {
+            sum: 1.7,
+            ..h(&[(0.1, 2.0), (0.5, 8.0), (1.0, 10.0), (INF, 10.0)])
+        };
+        let q = z.quantile_bounded(0.95).unwrap();
+        assert!(q.capped_by_sum && (q.upper - 0.6).abs() < 1e-6, "{q:?}");
+        assert!(q.value <= 0.6 + 1e-6);
+        // a sum below what the buckets' lower bounds need (≥ 1.6 s): inconsistent, no claim
+        let bad = Histogram {
+            sum: 1.3,
+            ..h(&[(0.1, 2.0), (0.5, 8.0), (1.0, 10.0), (INF, 10.0)])
+        };
+        assert!(!bad.quantile_bounded(0.95).unwrap().capped_by_sum);
+        // the +Inf bucket gets a finite bound from the sum: 4 observations above 1 s summing
+        // to 8 s; the 4th is ≥ p95 and the 3 others ≥ 1 s each, so p95 ≤ 8 − 3 = 5 s
+        let inf = Histogram::from_pairs([(1.0, 0.0), (INF, 4.0)], 8.0, 4.0);
+        let q = inf.quantile_bounded(0.95).unwrap();
+        assert!(q.capped_by_sum && (q.upper - 5.0).abs() < 1e-6, "{q:?}");
+    }
+
+    #[test]
+    fn the_sum_decides_a_share_inside_a_bucket() {
+        // 27 observations summing to 4.06 ms, all ≤ 0.3 s: how many are ≤ 10 ms? At most
+        // 4.06 ms / 10 ms = 0.406 of them can be above.
+        let x = Histogram::from_pairs([(0.3, 27.0), (0.5, 27.0), (INF, 27.0)], 0.00406, 27.0);
+        assert_eq!(x.fraction_le(0.01).map(|f| (f.1, f.2)), Some((0.0, 1.0)));
+        let (est, lo, hi) = x.fraction_le_bounded(0.01).unwrap();
+        assert!((lo - (27.0 - 0.406) / 27.0).abs() < 1e-6, "{lo}");
+        assert_eq!(hi, 1.0);
+        assert!(est >= lo && est <= hi);
+        // a sum that needs mass above the threshold: 10 observations in (0, 1] summing to 9.5
+        // s: with 10 − x at ≤ 0.5 and x at ≤ 1, x ≥ (9.5 − 5) / 0.5 = 9, so ≤ 10 % are ≤ 0.5 s.
+        let y = Histogram::from_pairs([(1.0, 10.0), (INF, 10.0)], 9.5, 10.0);
+        let (_, lo, hi) = y.fraction_le_bounded(0.5).unwrap();
+        assert!(lo.abs() < 1e-9 && (hi - 0.1).abs() < 1e-6, "{lo} {hi}");
+        // on a bound nothing changes
+        assert_eq!(y.fraction_le_bounded(1.0), y.fraction_le(1.0));
     }
 
     #[test]

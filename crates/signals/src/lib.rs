@@ -45,4 +45,4 @@ pub use adapter::{Engine, Selection, Signal};
 pub use histogram::{Histogram, Quantile};
 pub use quality::{DataWarning, Problem};
 pub use scrape::{Scrape, ScrapeError, Scraper, scrape_once};
-pub use window::{GaugeSummary, Window, WindowError, WindowOptions};
+pub use window::{GaugeSummary, GaugeValidity, Window, WindowError, WindowOptions};

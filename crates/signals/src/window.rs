@@ -78,6 +78,25 @@ impl GaugeSummary {
     }
 }
 
+/// Whether a gauge's samples describe the window they summarise.
+///
+/// A gauge shows the moment of each scrape, not the span between them. When every scrape falls
+/// on an idle moment (a saved pair taken before and after a burst, a short window, a Prometheus
+/// range ending at a quiet minute), running, waiting and KV usage read 0 although the counters
+/// show that requests ran: such a summary is no evidence about the window. The counters then
+/// give the occupancy by Little's law ([`Window::running_mean_from_counters`],
+/// [`Window::waiting_mean_from_counters`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GaugeValidity {
+    /// At least one sample saw the engine at work, or the counters show no work the samples
+    /// could have missed: the summary describes the sampled moments of the window.
+    Describes,
+    /// Every sample read 0 while the counters show work of that kind in the window (requests
+    /// ran; for the waiting gauges, requests queued): the scrapes fell on idle moments.
+    IdleSampled,
+}
+
 /// One GPU over a window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuWindow {
@@ -446,6 +465,61 @@ impl Window {
         }
         self.counter(Signal::RequestsFinished)
             .or_else(|| self.histogram(Signal::E2e).map(|h| h.count))
+    }
+
+    /// Whether the summary of gauge `sig` describes the window ([`GaugeValidity`]); `None`
+    /// when the window has no such gauge or `sig` is no occupancy gauge (running, waiting,
+    /// waiting for capacity, KV-cache usage).
+    ///
+    /// Idle-sampled means every sample is 0 while the counters show work: for running and KV
+    /// usage, a request finished or a token was generated in the window; for the waiting
+    /// gauges, either the running gauge is idle-sampled too (the scrapes fell on idle moments)
+    /// or Little's law puts at least one request waiting on average
+    /// ([`Window::waiting_mean_from_counters`] ≥ 1), which all-zero samples cannot have seen.
+    pub fn gauge_validity(&self, sig: Signal) -> Option<GaugeValidity> {
+        let g = self.gauge(sig)?;
+        let all_zero = g.max <= 0.0;
+        let worked = self.requests_finished().is_some_and(|n| n > 0.0)
+            || self
+                .counter(Signal::GenerationTokens)
+                .is_some_and(|n| n > 0.0);
+        let idle = match sig {
+            Signal::Running | Signal::KvCacheUsage => all_zero && worked,
+            Signal::Waiting | Signal::WaitingForCapacity => {
+                all_zero
+                    && (self.gauge_validity(Signal::Running) == Some(GaugeValidity::IdleSampled)
+                        || self.waiting_mean_from_counters().is_some_and(|w| w >= 1.0))
+            }
+            _ => return None,
+        };
+        Some(if idle {
+            GaugeValidity::IdleSampled
+        } else {
+            GaugeValidity::Describes
+        })
+    }
+
+    /// Mean requests running over the window by Little's law: Δ`_sum` of the inference-time
+    /// histogram (seconds each finished request spent scheduled, vLLM
+    /// `request_inference_time_seconds`) / window length (s). vLLM observes a request when it
+    /// finishes, so a request that started before the window counts whole and one still
+    /// running at its end not at all: close to the time average when the window is long beside
+    /// a request. `None` without the histogram or a known, positive window length.
+    pub fn running_mean_from_counters(&self) -> Option<f64> {
+        self.little(Signal::InferenceTime)
+    }
+
+    /// Mean requests waiting over the window by Little's law: Δ`_sum` of the queue-time
+    /// histogram (vLLM `request_queue_time_seconds`) / window length (s); the same caveats as
+    /// [`Window::running_mean_from_counters`].
+    pub fn waiting_mean_from_counters(&self) -> Option<f64> {
+        self.little(Signal::QueueTime)
+    }
+
+    fn little(&self, sig: Signal) -> Option<f64> {
+        let d = self.duration_s().filter(|d| d.is_finite() && *d > 0.0)?;
+        let s = self.histogram(sig)?.sum;
+        (s.is_finite() && s >= 0.0).then(|| s / d)
     }
 
     /// Prefix-cache hit ratio, Δhits / Δqueries (0–1); `None` without queries.

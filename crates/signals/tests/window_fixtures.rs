@@ -205,3 +205,52 @@ fn hostile_bucket_count_stays_linear() {
     assert_eq!(w.histogram(Signal::E2e).unwrap().observations(), 20_000.0);
     assert!(t.elapsed().as_secs_f64() < 10.0, "{:?}", t.elapsed());
 }
+
+/// Both scrapes of the burst pair were taken with the server idle: every gauge reads 0 while 16
+/// requests ran between them. The gauges are marked idle-sampled and the counters give the
+/// occupancy: request_inference_time_seconds_sum 2.3473596490000546 → 13.302237436999576 and
+/// request_queue_time_seconds_sum 0.002928627000017059 → 0.004058749999785505 over 30 s.
+#[test]
+fn idle_sampled_gauges_and_occupancy_by_littles_law() {
+    use headroom_signals::GaugeValidity;
+    let pre = scrape("vllm/v0.32-cpu-pre-burst.prom", 1000.0);
+    let after = scrape("vllm/v0.32-cpu-after-burst-c16.prom", 1030.0);
+    let w = Window::from_scrapes(&[pre.clone(), after], &[], &WindowOptions::default()).unwrap();
+    for sig in [Signal::Running, Signal::Waiting, Signal::KvCacheUsage] {
+        assert_eq!(w.gauge(sig).unwrap().max, 0.0, "{sig:?}");
+        assert_eq!(
+            w.gauge_validity(sig),
+            Some(GaugeValidity::IdleSampled),
+            "{sig:?}"
+        );
+    }
+    let running = w.running_mean_from_counters().unwrap();
+    assert!(close(
+        running,
+        (13.302237436999576 - 2.3473596490000546) / 30.0
+    ));
+    let waiting = w.waiting_mean_from_counters().unwrap();
+    assert!(close(
+        waiting,
+        (0.004058749999785505 - 0.002928627000017059) / 30.0
+    ));
+    assert_eq!(w.gauge_validity(Signal::Ttft), None, "no gauge");
+    // an idle server: the zeros describe it, nothing ran
+    let idle = scrape("vllm/v0.32-cpu-idle.prom", 1000.0);
+    let later = Scrape {
+        at_unix_s: 1030.0,
+        ..idle.clone()
+    };
+    let w = Window::from_scrapes(&[idle, later], &[], &WindowOptions::default()).unwrap();
+    assert_eq!(
+        w.gauge_validity(Signal::Running),
+        Some(GaugeValidity::Describes)
+    );
+    assert_eq!(
+        w.gauge_validity(Signal::Waiting),
+        Some(GaugeValidity::Describes)
+    );
+    // cache_config_info says enable_prefix_caching="True"
+    let w = Window::from_scrapes(&[pre], &[], &WindowOptions::default()).unwrap();
+    assert_eq!(w.kv_pool.prefix_caching, Some(true));
+}
