@@ -120,6 +120,28 @@ pub struct ObjectiveResult {
 }
 
 impl ObjectiveResult {
+    /// The reason's first clause, at most about 60 characters: what a terminal line can carry
+    /// (`prompts 40 % shorter than specified`, `client and server disagree on finished requests`).
+    pub fn short_reason(&self) -> String {
+        let r = self.reason.trim();
+        let r = r.strip_prefix("refused (").unwrap_or(r);
+        let cut = ["; ", ": ", " (", ". "]
+            .iter()
+            .filter_map(|sep| r.find(sep))
+            .min()
+            .unwrap_or(r.len());
+        let first = r[..cut].trim_end_matches([')', '.', ',']);
+        if first.chars().count() <= 64 {
+            return first.to_string();
+        }
+        let mut out: String = first.chars().take(60).collect();
+        if let Some(sp) = out.rfind(' ') {
+            out.truncate(sp);
+        }
+        out.push('…');
+        out
+    }
+
     /// The result of `objective` with its id and description filled in from the objective.
     pub fn new(
         objective: &crate::slo::Objective,
@@ -400,9 +422,22 @@ impl LevelResult {
         if !failed.is_empty() {
             parts.push(failed.join(", "));
         }
-        if !unsure.is_empty() {
-            let ids: Vec<&str> = unsure.iter().map(|o| o.id.as_str()).collect();
-            parts.push(format!("inconclusive: {}", ids.join(", ")));
+        // Grouped by why, in a few words: `inconclusive: ttft_p95, itl_p95 (prompts 40 % shorter
+        // than specified)`.
+        let mut why: Vec<(String, Vec<&str>)> = Vec::new();
+        for o in &unsure {
+            let r = o.short_reason();
+            match why.iter_mut().find(|(w, _)| *w == r) {
+                Some((_, ids)) => ids.push(o.id.as_str()),
+                None => why.push((r, vec![o.id.as_str()])),
+            }
+        }
+        for (r, ids) in why {
+            if r.is_empty() {
+                parts.push(format!("inconclusive: {}", ids.join(", ")));
+            } else {
+                parts.push(format!("inconclusive: {} ({r})", ids.join(", ")));
+            }
         }
         if !short.is_empty() {
             let each: Vec<String> = short

@@ -41,12 +41,69 @@ pub struct ClientView {
     pub requests_finished: Option<u64>,
     /// Σ `usage.completion_tokens` over the same span.
     pub output_tokens: Option<u64>,
-    /// Set when the realised workload drifted from its spec (what drifted).
-    pub workload_drift: Option<String>,
+    /// Set when the realised workload drifted from its spec.
+    pub workload_drift: Option<WorkloadDrift>,
     /// Share (0–1, by mix weight) of the requests the client sent with vLLM's `ignore_eos: true`,
     /// which makes every such answer run to `max_tokens` and end with `finished_reason="length"`
     /// by design. `None` when unknown (a `diagnose` of a live server).
     pub ignore_eos_share: Option<f64>,
+}
+
+/// Realised prompt tokens far from the workload's request: what the server was given is not
+/// what was specified. Which verdicts survive depends on the direction: prompts shorter than
+/// specified gave the server less work, so a FAIL stands and a PASS proves nothing; longer ones
+/// gave it more, so a PASS stands and a FAIL may be the drift's doing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadDrift {
+    /// Realised / requested prompt tokens over the level (1 = as specified).
+    pub prompt_ratio: f64,
+    /// What drifted and what to do about it, in a sentence.
+    pub note: String,
+}
+
+impl WorkloadDrift {
+    /// Whether the drift can have helped `verdict` (made a PASS easier or a FAIL harder to get).
+    pub fn voids(&self, verdict: Verdict) -> bool {
+        match verdict {
+            Verdict::Pass => self.prompt_ratio < 1.0,
+            Verdict::Fail => self.prompt_ratio > 1.0,
+            Verdict::Inconclusive => false,
+        }
+    }
+
+    /// Which way the drift cuts, in a few words.
+    pub fn direction(&self) -> String {
+        let pct = (self.prompt_ratio - 1.0).abs() * 100.0;
+        if self.prompt_ratio < 1.0 {
+            format!("prompts {pct:.0} % shorter than specified")
+        } else {
+            format!("prompts {pct:.0} % longer than specified")
+        }
+    }
+}
+
+/// Applies a workload drift to judged objectives: a verdict the drift can have helped becomes
+/// INCONCLUSIVE with the reason; one it cannot have helped stands, and says so.
+pub fn apply_drift(objectives: &mut [ObjectiveResult], drift: &WorkloadDrift) {
+    for o in objectives {
+        if drift.voids(o.verdict) {
+            o.reason = format!(
+                "{}: the {} may be the drift's doing ({}); {}",
+                drift.direction(),
+                o.verdict.as_str(),
+                drift.note,
+                o.reason
+            );
+            o.verdict = Verdict::Inconclusive;
+        } else if o.verdict != Verdict::Inconclusive {
+            o.reason = format!(
+                "{}; the {} stands (the drift cannot have helped it); {}",
+                drift.direction(),
+                o.verdict.as_str(),
+                o.reason
+            );
+        }
+    }
 }
 
 /// One figure of a step, with its source metric.
@@ -208,6 +265,9 @@ pub fn assess_with(
             }
         }
     }
+    if let Some(d) = client.and_then(|c| c.workload_drift.as_ref()) {
+        apply_drift(&mut objectives, d);
+    }
     let verdict = if refused.is_empty() {
         Verdict::combine(objectives.iter().map(|o| o.verdict))
     } else {
@@ -242,7 +302,9 @@ pub fn assess_with(
             facts: &facts,
             objectives: &objectives,
             slo_has_queue_objective,
-            workload_drift: client.and_then(|c| c.workload_drift.as_deref()),
+            workload_drift: client
+                .and_then(|c| c.workload_drift.as_ref())
+                .map(|d| d.note.as_str()),
             ignore_eos_share: client.and_then(|c| c.ignore_eos_share),
             prefixes: setting.prefixes,
             fired: &fired,
@@ -280,8 +342,8 @@ pub fn assess_with(
 }
 
 /// Reasons the evidence is not valid for a verdict (`DESIGN.md`: client saturated or lagging,
-/// client and server counts disagree, workload drifted; plus: not an engine's metrics, nothing
-/// finished).
+/// client and server counts disagree; plus: not an engine's metrics, nothing finished). A
+/// workload drift voids only the verdicts it can have helped ([`WorkloadDrift`]).
 fn refusals(w: &Window, f: &Facts, client: Option<&ClientView>) -> Vec<String> {
     let mut out = Vec::new();
     match w.engine {
@@ -329,9 +391,6 @@ fn refusals(w: &Window, f: &Facts, client: Option<&ClientView>) -> Vec<String> {
                 "client counted more output tokens ({ct}) than the server generated ({st}): the scrapes do not cover the client's window"
             ));
         }
-    }
-    if let Some(d) = &c.workload_drift {
-        out.push(format!("workload drifted from its spec: {d}"));
     }
     out
 }
@@ -540,4 +599,48 @@ fn error_objective(w: &Window, f: &Facts, o: &Objective, max_ratio: f64) -> Obje
             "server-side (vllm:request_success_total): {bad} errors + aborts of {n} finished requests"
         ),
     )
+}
+
+#[cfg(test)]
+mod drift_tests {
+    use super::*;
+
+    fn row(v: Verdict) -> ObjectiveResult {
+        ObjectiveResult {
+            id: "ttft_p95".into(),
+            description: "TTFT p95 < 300 ms".into(),
+            threshold: 0.3,
+            observed: Some(0.2),
+            verdict: v,
+            samples: 100,
+            reason: "client".into(),
+        }
+    }
+
+    /// Shorter prompts than specified void a PASS and keep a FAIL; longer ones the reverse.
+    #[test]
+    fn a_drift_voids_only_the_verdicts_it_can_have_helped() {
+        let cases = [
+            (0.6, Verdict::Pass, Verdict::Inconclusive),
+            (0.6, Verdict::Fail, Verdict::Fail),
+            (1.4, Verdict::Pass, Verdict::Pass),
+            (1.4, Verdict::Fail, Verdict::Inconclusive),
+            (1.4, Verdict::Inconclusive, Verdict::Inconclusive),
+        ];
+        for (ratio, before, after) in cases {
+            let d = WorkloadDrift {
+                prompt_ratio: ratio,
+                note: "prompts realised".into(),
+            };
+            let mut rows = vec![row(before)];
+            apply_drift(&mut rows, &d);
+            assert_eq!(rows[0].verdict, after, "{ratio} {before:?}");
+            let dir = if ratio < 1.0 { "shorter" } else { "longer" };
+            assert!(
+                before == Verdict::Inconclusive || rows[0].reason.contains(dir),
+                "{}",
+                rows[0].reason
+            );
+        }
+    }
 }

@@ -88,7 +88,7 @@ pub enum StubTokenizer {
     /// One token per whitespace-separated word, nothing added (the engine twin's rule).
     #[default]
     Words,
-    /// A word of 7 characters or more is 2 tokens, shorter ones 1; every prompt gets a BOS
+    /// A word of 6 characters or more is 2 tokens, shorter ones 1; every prompt gets a BOS
     /// token; on chat every message adds 4 template tokens and the generation prompt 3.
     Subword {
         /// Serve vLLM's `POST /tokenize` (`prompt`, `add_special_tokens` → `count`, `tokens`).
@@ -101,7 +101,7 @@ impl StubTokenizer {
     pub fn count(self, text: &str) -> u32 {
         text.split_whitespace()
             .map(|w| match self {
-                StubTokenizer::Subword { .. } if w.len() >= 7 => 2,
+                StubTokenizer::Subword { .. } if w.len() >= 6 => 2,
                 _ => 1,
             })
             .sum()

@@ -1,4 +1,4 @@
-//! Prompt calibration against a stub that counts tokens its own way (7+ letter words are two
+//! Prompt calibration against a stub that counts tokens its own way (6+ letter words are two
 //! tokens, a BOS per prompt, 4 template tokens per chat message and 3 for the generation
 //! prompt): the sizes the sweep then sends must be what the stub reports in `usage`, whichever
 //! way calibration learned them.

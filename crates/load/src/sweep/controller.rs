@@ -17,7 +17,7 @@ use headroom_core::run::{
 };
 use headroom_core::slo::SloFile;
 use headroom_core::{LatencySignal, Objective, Outcome, SloSpec, Verdict};
-use headroom_diagnose::{ClientView, Origin, PrefixPlan, Setting, assess_with};
+use headroom_diagnose::{ClientView, Origin, PrefixPlan, Setting, WorkloadDrift, assess_with};
 use headroom_signals::source::{ScrapeKind, scrape_file_name, write_scrape};
 use headroom_signals::{Scrape, Scraper, Window, WindowOptions};
 use std::collections::BTreeMap;
@@ -263,6 +263,22 @@ impl Sweep<'_> {
                 }
                 if let Some(why) = dead.or(aborted) {
                     stop_reason = Some(why);
+                    break 'phases;
+                }
+                // Prompts that are not the workload's stay so at every level: stop at the first,
+                // with the measured ratio and the fix, instead of voiding every level after it.
+                let last = run.phases.last().and_then(|p| p.levels.last());
+                if let Some(d) = last.and_then(|l| drift(&l.tokens)) {
+                    let how = phase
+                        .plans
+                        .first()
+                        .and_then(|p| p.calibration())
+                        .map_or_else(|| "uncalibrated words".to_string(), |c| c.method.describe());
+                    stop_reason = Some(format!(
+                        "stopped at the first level whose prompts are not the workload's: {} (sized by {how}); \
+                         the verdicts it could have helped are INCONCLUSIVE",
+                        d.note
+                    ));
                     break 'phases;
                 }
             }
@@ -763,6 +779,10 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
     let mut warnings = rec.client_warnings(send_lag_limit_s(j.slo, j.phase), 0.8);
     warnings.extend(crate::runner::refusal_warning(rec));
     let mut server: Option<ServerView> = None;
+    let workload_drift = drift(&total.tokens);
+    if let Some(d) = &workload_drift {
+        warnings.push(format!("workload drifted from its spec: {}", d.note));
+    }
     let build = |engine: &[Scrape], dcgm: &[Scrape]| {
         Window::from_scrapes(engine, dcgm, &WindowOptions::default())
     };
@@ -808,7 +828,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
                 // Counts are reconciled over the whole level below, not over the window.
                 requests_finished: None,
                 output_tokens: None,
-                workload_drift: drift(&total.tokens),
+                workload_drift: workload_drift.clone(),
                 ignore_eos_share: Some(ignore_eos_share(&j.phase.plans)),
             };
             let spec = if mix {
@@ -823,6 +843,10 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
             };
             let a = assess_with(meas, Some(&view), &spec, &setting);
             if mix {
+                // The engine's rows had the drift applied by the assessment; the classes' not.
+                if let Some(d) = &workload_drift {
+                    headroom_diagnose::apply_drift(&mut objectives, d);
+                }
                 objectives.extend(a.objectives.iter().cloned());
                 if !a.refused.is_empty() {
                     for o in &mut objectives {
@@ -870,6 +894,9 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
             server = Some(sv);
         }
         None => {
+            if let Some(d) = &workload_drift {
+                headroom_diagnose::apply_drift(&mut objectives, d);
+            }
             // Server-only objectives stay INCONCLUSIVE (evaluate's answer without server data).
             for o in j.spec.objectives.iter().filter(|o| is_server_only(o)) {
                 let judged = objectives
@@ -1007,20 +1034,21 @@ fn client_totals(rec: &LevelRecording) -> ClientTotals {
     }
 }
 
-/// Realised prompt tokens more than 25 % away from the synthesis target: the run measured a
+/// Realised prompt tokens more than 25 % away from the workload's request: the run measured a
 /// different workload from the one specified.
-fn drift(t: &TokenCounts) -> Option<String> {
+pub(crate) fn drift(t: &TokenCounts) -> Option<WorkloadDrift> {
     if t.prompt_requested == 0 || t.prompt_realised == 0 {
         return None;
     }
     let ratio = t.prompt_realised as f64 / t.prompt_requested as f64;
-    (!(0.75..=1.25).contains(&ratio)).then(|| {
-        format!(
+    (!(0.75..=1.25).contains(&ratio)).then(|| WorkloadDrift {
+        prompt_ratio: ratio,
+        note: format!(
             "prompts realised {} tokens against {} requested ({:.0} %); pass --tokenizer for exact counts",
             t.prompt_realised,
             t.prompt_requested,
             ratio * 100.0
-        )
+        ),
     })
 }
 

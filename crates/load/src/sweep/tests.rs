@@ -303,6 +303,54 @@ mod sweep_runs {
             r.status
         );
     }
+
+    /// Prompts the server counts at about twice their request (uncalibrated words against a
+    /// tokenizer that splits long words, plus a BOS): the sweep stops after the first level
+    /// with the measured ratio instead of running every level to void it, and the level's
+    /// PASS stands (longer prompts cannot have helped it) with the direction in its reason.
+    #[tokio::test]
+    async fn a_drifted_workload_stops_at_the_first_level_and_keeps_what_the_drift_cannot_explain() {
+        use crate::testkit::StubTokenizer;
+        let stub = StubServer::start(StubConfig {
+            tokenizer: StubTokenizer::Subword { tokenize: false },
+            ..StubConfig::default()
+        })
+        .unwrap();
+        let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let partials = Mutex::new(Vec::new());
+        let r = sweep(
+            &t,
+            &settings(dir.path(), &[1.0, 2.0, 4.0]),
+            CancellationFlag::new(),
+            &partials,
+        )
+        .await;
+        let levels = &r.phases[0].levels;
+        assert_eq!(levels.len(), 1, "{:?} {:?}", r.status, levels[0].tokens);
+        let ratio =
+            levels[0].tokens.prompt_realised as f64 / levels[0].tokens.prompt_requested as f64;
+        assert!(ratio > 1.25, "{ratio}");
+        match &r.status {
+            RunStatus::Stopped { reason } => {
+                assert!(reason.contains("prompts realised"), "{reason}");
+                assert!(reason.contains("--tokenizer"), "{reason}");
+            }
+            s => panic!("{s:?}"),
+        }
+        let ttft = levels[0]
+            .objectives
+            .iter()
+            .find(|o| o.id.contains("ttft"))
+            .unwrap();
+        assert_eq!(ttft.verdict, Verdict::Pass, "{ttft:?}");
+        assert!(ttft.reason.contains("longer than specified"), "{ttft:?}");
+        assert!(
+            levels[0].warnings.iter().any(|w| w.contains("drifted")),
+            "{:?}",
+            levels[0].warnings
+        );
+    }
 }
 
 /// The error objective counts every request of the level that ended (warm-up, window and
