@@ -30,6 +30,10 @@ pub enum Outcome {
     Protocol,
     /// The client cancelled (end of a measurement window, Ctrl-C); not a server failure.
     ClientCancel,
+    /// The client's own limits failed the request before it reached the server: no file
+    /// descriptor left (`EMFILE`, `ENFILE`) or no local port (`EADDRNOTAVAIL`). Not a server
+    /// failure: the load offered was not the load asked for, so the level gives no verdict.
+    ClientLimit,
 }
 
 impl Outcome {
@@ -50,10 +54,10 @@ impl Outcome {
     }
 
     /// True for outcomes counted against the error objective: server errors and aborts, HTTP
-    /// errors, timeouts, transport and protocol failures. A client cancel is not counted: the
-    /// client chose it.
+    /// errors, timeouts, transport and protocol failures. A client cancel is not counted (the
+    /// client chose it), nor a client limit (the server never saw the request).
     pub fn counts_as_error(self) -> bool {
-        !self.is_success() && self != Outcome::ClientCancel
+        !self.is_success() && !matches!(self, Outcome::ClientCancel | Outcome::ClientLimit)
     }
 
     /// Stable label, e.g. `stop`, `http_503`, `client_cancel` (used in CSV, JSON and reports).
@@ -75,6 +79,7 @@ impl Outcome {
             Outcome::Transport => "transport",
             Outcome::Protocol => "protocol",
             Outcome::ClientCancel => "client_cancel",
+            Outcome::ClientLimit => "client_limit",
         }
     }
 }
@@ -94,6 +99,8 @@ mod tests {
         assert!(!Outcome::Stop.counts_as_error());
         assert!(!Outcome::Length.counts_as_error());
         assert!(!Outcome::ClientCancel.counts_as_error());
+        assert!(!Outcome::ClientLimit.counts_as_error());
+        assert_eq!(Outcome::ClientLimit.label(), "client_limit");
         for o in [
             Outcome::Abort,
             Outcome::Error,

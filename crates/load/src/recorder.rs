@@ -432,8 +432,8 @@ pub struct LevelRecording {
     #[serde(default)]
     pub window_note: String,
     /// Why the level's load generation broke down, when it did (the open-loop pacer thread
-    /// panicked, or its schedule could not be built): the level offered less load than asked
-    /// and gives no verdict.
+    /// panicked, its schedule could not be built, or requests failed on the client's own limits,
+    /// [`Outcome::ClientLimit`]): the level offered less load than asked and gives no verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborted: Option<String>,
 }

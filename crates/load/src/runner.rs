@@ -378,6 +378,10 @@ struct Flight {
     sse_events: u64,
     /// Open loop: how late the pacer woke for each launch of the window, ns.
     pacer_late: hdrhistogram::Histogram<u64>,
+    /// Requests that failed on the client's own limits ([`Outcome::ClientLimit`]), and the
+    /// first one's message: the level is void, its window closes at once.
+    client_limited: u64,
+    client_limit_msg: Option<String>,
 }
 
 impl Flight {
@@ -395,6 +399,12 @@ impl Flight {
 
     fn done(&mut self, d: Done, out: &mut LevelRecording, good: &[GoodputSlo]) {
         self.in_flight -= 1;
+        if d.record.outcome == Outcome::ClientLimit {
+            self.client_limited += 1;
+            if self.client_limit_msg.is_none() {
+                self.client_limit_msg.clone_from(&d.record.message);
+            }
+        }
         if let Some(t) = out.class_totals.get_mut(d.record.class) {
             t.add(&d.record);
         }
@@ -475,6 +485,8 @@ pub async fn run_level_with(
         e2e_all: new_histogram(),
         sse_events: 0,
         pacer_late: new_histogram(),
+        client_limited: 0,
+        client_limit_msg: None,
     };
     let next_request = |mix: &mut RequestMix<'_>| -> Option<PreparedRequest> {
         // A draw fails only when a tokenizer fails; the request is skipped.
@@ -514,7 +526,9 @@ pub async fn run_level_with(
             loop {
                 let now = Instant::now();
                 window_end = run_check(now, &mut next_check, &out, window_end);
-                if now >= window_end {
+                // A client out of descriptors or ports offers less load than asked: no use
+                // measuring on.
+                if now >= window_end || fl.client_limited > 0 {
                     break;
                 }
                 users.wake_due(now);
@@ -637,7 +651,9 @@ pub async fn run_level_with(
                 if window_end != before {
                     launch_until_ns.store(ns_from_t0(window_end), Ordering::Relaxed);
                 }
-                if now >= window_end {
+                // A client out of descriptors or ports offers less load than asked: no use
+                // measuring on.
+                if now >= window_end || fl.client_limited > 0 {
                     break;
                 }
                 let wake = if opts.check.is_some() {
@@ -788,6 +804,12 @@ pub async fn run_level_with(
             None => break,
         }
     }
+    if fl.client_limited > 0 && out.aborted.is_none() {
+        out.aborted = Some(client_limit_abort(
+            fl.client_limited,
+            fl.client_limit_msg.as_deref().unwrap_or("no message"),
+        ));
+    }
     out.client = ClientUsage {
         process_cpu_s: process_cpu_s() - cpu0,
         wall_s: t0.elapsed().as_secs_f64(),
@@ -801,6 +823,14 @@ pub async fn run_level_with(
         pacer_realtime: pacer_realtime.load(Ordering::Relaxed),
     };
     out
+}
+
+/// Why a level whose requests hit the client's own limits ([`Outcome::ClientLimit`]) is void:
+/// `n` such requests, the first one's `message`, and what to do.
+fn client_limit_abort(n: u64, message: &str) -> String {
+    format!(
+        "the client, not the server, failed {n} request(s): {message}. The load offered was less than asked and the server saw none of them, so the level has no verdict; raise the client's open-file limit (ulimit -n, LimitNOFILE= under systemd, --ulimit nofile= in Docker), widen net.ipv4.ip_local_port_range, or offer less load per client"
+    )
 }
 
 /// Closed loop: the virtual users, and the pause each takes after a refused or failed request.

@@ -221,7 +221,7 @@ impl Pool {
     ///
     /// # Errors
     /// The connect error, described.
-    pub(crate) async fn open_spare(&self) -> Result<(), String> {
+    pub(crate) async fn open_spare(&self) -> Result<(), Failure> {
         let link = self.connect().await?;
         self.put_back(link);
         Ok(())
@@ -240,26 +240,29 @@ impl Pool {
         }
     }
 
-    async fn connect(&self) -> Result<Link, String> {
+    async fn connect(&self) -> Result<Link, Failure> {
         let tcp = tokio::time::timeout(
             self.connect_timeout,
             TcpStream::connect((self.host.as_str(), self.port)),
         )
         .await
         .map_err(|_| {
-            format!(
+            Failure::Transport(format!(
                 "tcp connect to {}:{} timed out after {} s",
                 self.host,
                 self.port,
                 self.connect_timeout.as_secs_f64()
-            )
+            ))
         })?
-        .map_err(|e| format!("tcp connect error: {e}"))?;
+        .map_err(|e| match super::fd_limit::client_limit(&e) {
+            Some(what) => Failure::ClientLimit(super::fd_limit::limit_message(what, &e)),
+            None => Failure::Transport(format!("tcp connect error: {e}")),
+        })?;
         // Chunks are small and latency-critical; a failure here only costs latency.
         let _ = tcp.set_nodelay(true);
         let (tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
             .await
-            .map_err(|e| format!("HTTP handshake failed: {}", describe(&e)))?;
+            .map_err(|e| Failure::Transport(format!("HTTP handshake failed: {}", describe(&e))))?;
         Ok(Link {
             tx,
             conn: ConnDriver::new(conn),
@@ -273,11 +276,11 @@ impl Pool {
     /// connection; a new connection is the last try.
     ///
     /// # Errors
-    /// The connect or transport error, described.
+    /// The connect or transport error, described ([`Failure`]).
     pub(crate) async fn request(
         &self,
         req: Request<Full<Bytes>>,
-    ) -> Result<(Link, Response<Incoming>), String> {
+    ) -> Result<(Link, Response<Incoming>), Failure> {
         self.request_again(req, false).await
     }
 
@@ -287,7 +290,7 @@ impl Pool {
         &self,
         mut req: Request<Full<Bytes>>,
         mut resent: bool,
-    ) -> Result<(Link, Response<Incoming>), String> {
+    ) -> Result<(Link, Response<Incoming>), Failure> {
         loop {
             let (mut link, fresh) = match self.checkout() {
                 Some(l) => (l, false),
@@ -296,7 +299,7 @@ impl Pool {
             let tx = &mut link.tx;
             if let Err(e) = drive(&mut link.conn, |cx| tx.poll_ready(cx)).await {
                 if fresh {
-                    return Err(describe(&e));
+                    return Err(Failure::Transport(describe(&e)));
                 }
                 self.discarded.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -307,7 +310,7 @@ impl Pool {
                     resent |= written;
                     req = *r;
                 }
-                Err(Unanswered::Failed(e)) => return Err(e),
+                Err(Unanswered::Failed(e)) => return Err(Failure::Transport(e)),
             }
         }
     }
@@ -345,6 +348,25 @@ impl Pool {
             return Some(sent);
         }
         None
+    }
+}
+
+/// Why a request got no connection or no answer.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Failure {
+    /// The connection failed, or broke before the answer (the server's side or the network's),
+    /// described.
+    Transport(String),
+    /// The client's own limit (open files, local ports) refused the connect: the server never
+    /// saw the request ([`super::fd_limit::client_limit`]).
+    ClientLimit(String),
+}
+
+impl From<Failure> for String {
+    fn from(f: Failure) -> String {
+        match f {
+            Failure::Transport(m) | Failure::ClientLimit(m) => m,
+        }
     }
 }
 

@@ -20,6 +20,7 @@
 
 mod chunk_scan;
 mod conn;
+pub mod fd_limit;
 mod retry_after;
 pub mod sse;
 
@@ -53,7 +54,8 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Deadline for a TCP connect.
     pub connect_timeout: Duration,
-    /// Idle connections kept per host (the pool; one connection per stream in flight).
+    /// Idle connections kept per host (the pool; one connection per stream in flight), at most
+    /// a quarter of the soft open-file limit ([`fd_limit::fd_limit`]).
     pub max_idle_per_host: usize,
 }
 
@@ -205,7 +207,8 @@ impl Target {
             host,
             port,
             host_header,
-            config.max_idle_per_host,
+            // The first target raises the soft open-file limit; idle connections stay within it.
+            fd_limit::idle_cap(config.max_idle_per_host, fd_limit::fd_limit().soft),
             // Below the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp's server: a
             // connection idle longer is closed rather than raced against the server's close.
             IDLE_KEEP,
@@ -483,7 +486,7 @@ impl Target {
     /// # Errors
     /// The connect error, described (refused, timed out).
     pub async fn open_spare_connection(&self) -> Result<(), String> {
-        self.pool.open_spare().await
+        Ok(self.pool.open_spare().await?)
     }
 
     /// As [`Target::send`] for a request already handed to a connection by
@@ -517,7 +520,7 @@ impl Target {
                 rec.send_lag_ns = nanos_between(start, sent.at);
                 match sent.answer(false).await {
                     Ok(r) => Ok(r),
-                    Err(Unanswered::Failed(e)) => Err(e),
+                    Err(Unanswered::Failed(e)) => Err(conn::Failure::Transport(e)),
                     // The connection was closed under the request: it goes out again now. The
                     // send lag stays the first send's (the request left on time; the time lost
                     // counts in its latency).
@@ -539,9 +542,14 @@ impl Target {
         };
         let (mut link, resp) = match answered {
             Ok(r) => r,
-            Err(e) => {
+            Err(conn::Failure::Transport(e)) => {
                 rec.message = Some(e);
                 return Some(Outcome::Transport);
+            }
+            // The client's own limit, not the server's failure.
+            Err(conn::Failure::ClientLimit(e)) => {
+                rec.message = Some(e);
+                return Some(Outcome::ClientLimit);
             }
         };
         let status = resp.status();
