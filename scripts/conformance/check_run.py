@@ -20,6 +20,12 @@
         with --rows-agree, every client/server reconciliation row of that level agrees too (the
         sweep's drain may have cancelled streams: vLLM 0.32 counts a client-cancelled request in
         no finished_reason, so requests_total must allow for it).
+    check_run.py RUN_DIR sizes --within 0.02 [--verdict PASS|FAIL] [--server-mean CLASS=TOKENS]...
+        A sweep run WITHOUT --tokenizer: every level's realised prompt tokens (the server's usage)
+        are within --within of the workload's request, every level's verdict is --verdict (a
+        decided verdict, not INCONCLUSIVE), manifest.json records the calibration; and,
+        independently of Headroom's counting, for each --server-mean the class's own phase has
+        Δ vllm:prompt_tokens_total / Δ requests finished = TOKENS exactly (fixed-size prompts).
 Exit status 1 with one line per failed check.
 """
 import argparse
@@ -122,6 +128,45 @@ def findings(run, expect, forbid, rows_agree=False):
     return fails
 
 
+def sizes(run, within, verdict, server_means):
+    fails, checked = [], 0
+    with open(os.path.join(run, "manifest.json"), encoding="utf-8") as f:
+        cal = json.load(f).get("prompt_calibration")
+    if not cal or cal.get("method", {}).get("kind") in (None, "words"):
+        fails.append(f"manifest.json: prompt_calibration is {cal!r}, expected a calibration method")
+    else:
+        print(f"  calibration: {cal['method']}, overhead {cal.get('overhead_tokens')}, checks {cal.get('checks')}")
+    want = dict(m.split("=", 1) for m in server_means)
+    for name, lv, err in levels(run):
+        if err:
+            fails.append(err)
+            continue
+        t = lv["tokens"]
+        ratio = t["prompt_realised"] / t["prompt_requested"] if t["prompt_requested"] else float("nan")
+        if not abs(ratio - 1) <= within:
+            fails.append(f"{name}: prompts realised {t['prompt_realised']} against {t['prompt_requested']} requested ({ratio:.4f})")
+        if verdict and lv["verdict"] != verdict:
+            fails.append(f"{name}: verdict {lv['verdict']}, expected {verdict}; objectives "
+                         + "; ".join(f"{o['id']} {o['verdict']}: {o['reason'][:160]}" for o in lv["objectives"]))
+        phase = name.split("@")[0]
+        if phase in want:
+            sc = lv["server"]["scrapes"]
+            a = promtext.load(os.path.join(run, sc[0]))
+            b = promtext.load(os.path.join(run, sc[-1]))
+            d = lambda n, **l: b.value(n, **l) - a.value(n, **l)
+            n = sum(d("vllm:request_success_total", finished_reason=r) for r in ("stop", "length", "abort", "error"))
+            pt = d("vllm:prompt_tokens_total")
+            if n <= 0 or pt != int(want[phase]) * n:
+                fails.append(f"{name}: Δ vllm:prompt_tokens_total {pt} over {n} finished requests, expected {want[phase]} each")
+            else:
+                print(f"  {name}: server Δprompt_tokens_total {int(pt)} = {want[phase]} × {int(n)} requests")
+        checked += 1
+        print(f"  {name}: {lv['verdict']}, prompts {t['prompt_realised']}/{t['prompt_requested']} = {ratio:.4f}")
+    if checked == 0:
+        fails.append("no level checked")
+    return fails
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run")
@@ -133,9 +178,15 @@ def main():
     f.add_argument("--expect", action="append", default=[])
     f.add_argument("--forbid", action="append", default=[])
     f.add_argument("--rows-agree", action="store_true")
+    z = sub.add_parser("sizes")
+    z.add_argument("--within", type=float, required=True)
+    z.add_argument("--verdict", choices=["PASS", "FAIL"])
+    z.add_argument("--server-mean", action="append", default=[])
     a = ap.parse_args()
     if a.cmd == "reconcile":
         fails = reconcile(a.run, a.output_tokens, a.prompt_tokens)
+    elif a.cmd == "sizes":
+        fails = sizes(a.run, a.within, a.verdict, a.server_mean)
     else:
         fails = findings(a.run, a.expect, a.forbid, a.rows_agree)
     for x in fails:

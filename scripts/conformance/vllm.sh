@@ -21,6 +21,11 @@
 #   openai       the official OpenAI Python client (check_openai.py: models, streamed and plain
 #                chat and completions, 404 and 400 errors) against vLLM, against `headroom sim`,
 #                and through `headroom gateway` in front of the twin: every check passes on all three
+#   calibrate    headroom sweep WITHOUT --tokenizer (prompts sized by vLLM's own /tokenize): a
+#                completions class and a chat class with a shared prefix, levels 2 and 6, PASS and
+#                prompts within 2 % of the workload (check_run.py sizes, which also checks the
+#                server's own Δprompt_tokens_total per request); then vLLM restarted with
+#                --max-num-seqs 2 and 6 concurrent against TTFT p95 < 250 ms: a decided FAIL
 #   admission    vLLM restarted with --max-num-seqs 4, 16 concurrent: findings from the sweep and
 #                from diagnose --url include admission_saturation and not kv_pressure; the sweep's
 #                client/server rows agree
@@ -42,7 +47,7 @@ VS=$ROOT/scripts/vllm
 OUT=${CONFORMANCE_OUT:-$(mktemp -d /tmp/headroom-conformance.XXXXXX)}
 mkdir -p "$OUT"
 B=http://127.0.0.1:$VLLM_PORT
-STEPS=${CONFORMANCE_STEPS:-"reconcile diagnose twin cancel twin-cancel gateway openai admission kv"}
+STEPS=${CONFORMANCE_STEPS:-"reconcile diagnose twin cancel twin-cancel gateway openai calibrate admission kv"}
 SUITE_T0=$(date +%s)
 RESULTS=(); FAILED=0; SKIPPED=0
 TWIN_PID=""; GW_PID=""; BG_PIDS=()
@@ -206,6 +211,20 @@ scenario() {  # scenario NAME WORKLOAD LEVEL EXPECT FORBID: sweep one level whil
   return $rc
 }
 
+s_calibrate() {
+  local rc=0
+  timeout 300 "$H" sweep --target "$B" --workload "$W/calibrate.yaml" --slo "$W/slo.yaml" \
+    --levels 2,6 --warmup 2 --measure 8 --out "$OUT/sweep-calibrate-pass" || return 1
+  PY 60 "$HERE/check_run.py" "$OUT/sweep-calibrate-pass" sizes --within 0.02 --verdict PASS \
+    --server-mean plain=64 --server-mean chatty=96 || rc=1
+  vllm_up --max-num-seqs 2 || return 1
+  timeout 300 "$H" sweep --target "$B" --workload "$W/calibrate.yaml" --slo "$W/slo-tight.yaml" \
+    --levels 6 --warmup 2 --measure 8 --out "$OUT/sweep-calibrate-fail" || return 1
+  PY 60 "$HERE/check_run.py" "$OUT/sweep-calibrate-fail" sizes --within 0.02 --verdict FAIL \
+    --server-mean plain=64 --server-mean chatty=96 || rc=1
+  return $rc
+}
+
 s_admission() { vllm_up --max-num-seqs 4 && scenario admission admission.yaml 16 admission_saturation kv_pressure; }
 s_kv() { vllm_up --num-gpu-blocks-override 24 && scenario kv kv.yaml 32 kv_pressure admission_saturation; }
 
@@ -226,6 +245,10 @@ if want gateway; then
   else skip gateway "this headroom has no gateway subcommand yet"; fi
 fi
 want openai && step openai s_openai
+if want calibrate; then
+  want reconcile || want diagnose || want twin || want cancel || want gateway || want openai || step vllm-start vllm_up
+  step calibrate s_calibrate
+fi
 want admission && step admission s_admission
 want kv && step kv s_kv
 "$VS/stop_server.sh" > /dev/null

@@ -204,6 +204,8 @@ const TOKENIZE_PATH: &str = "/tokenize";
 const USAGE_WORDS: usize = 48;
 /// Concurrent calibration requests: gentle on the server, quick on loopback.
 const PARALLEL: usize = 8;
+/// Tries of one calibration count before it is given up.
+const ATTEMPTS: u32 = 3;
 
 impl Counter {
     /// Tokens of `text` (without special tokens for endpoint counts; with the
@@ -240,12 +242,33 @@ impl Counter {
         }
     }
 
+    /// [`Counter::count`], tried up to [`ATTEMPTS`] times: a server that errs now and then (whose
+    /// error rate the sweep is to measure) must not leave the prompts uncalibrated.
+    async fn count_retrying(&self, target: &Target, text: &str) -> Result<u32, String> {
+        if let Counter::Usage(_) = self {
+            return self.count(target, text).await; // usage_tokens retries itself
+        }
+        let mut last = String::new();
+        for k in 0..ATTEMPTS {
+            if k > 0 {
+                tokio::time::sleep(Duration::from_millis(100 << k)).await;
+            }
+            match self.count(target, text).await {
+                Ok(n) => return Ok(n),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
     /// Counts many texts, [`PARALLEL`] at a time, in order.
     async fn count_all(&self, target: &Target, texts: &[String]) -> Result<Vec<u32>, String> {
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(PARALLEL) {
-            let counts =
-                futures_util::future::join_all(chunk.iter().map(|t| self.count(target, t))).await;
+            let counts = futures_util::future::join_all(
+                chunk.iter().map(|t| self.count_retrying(target, t)),
+            )
+            .await;
             for c in counts {
                 out.push(c?);
             }
@@ -257,6 +280,26 @@ impl Counter {
 /// `usage.prompt_tokens` of one streamed request (`max_tokens` 1) with `prefix` (the system
 /// message on chat; prepended on completions) and `prompt`.
 async fn usage_tokens(
+    target: &Target,
+    endpoint: Endpoint,
+    prefix: &str,
+    prompt: &str,
+) -> Result<u32, String> {
+    let mut last = String::new();
+    for k in 0..ATTEMPTS {
+        if k > 0 {
+            tokio::time::sleep(Duration::from_millis(100 << k)).await;
+        }
+        match usage_once(target, endpoint, prefix, prompt).await {
+            Ok(n) => return Ok(n),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// One try of [`usage_tokens`].
+async fn usage_once(
     target: &Target,
     endpoint: Endpoint,
     prefix: &str,

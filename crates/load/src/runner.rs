@@ -1267,12 +1267,19 @@ pub enum ProbeError {
     },
 }
 
+/// Attempts of a probe request that meets a server error (HTTP 5xx).
+const PROBE_ATTEMPTS: u32 = 4;
+/// Pause before the first retry of a probe request; doubled before each next one.
+const PROBE_BACKOFF: Duration = Duration::from_millis(200);
+
 /// Checks a target before any load: `GET /v1/models` (reachable, OpenAI-compatible, the model is
 /// served — a missing model resolves to the first served), `GET /version` (optional), and one
-/// tiny streaming request (`max_tokens` 2) to each endpoint in `endpoints`, which must succeed.
+/// tiny streaming request (`max_tokens` 2) to each endpoint in `endpoints`, which must succeed,
+/// or fail with a server error (HTTP 5xx) on each of [`PROBE_ATTEMPTS`] tries: that is a note in
+/// [`ServerInfo::notes`], not an error, since a server's error rate is something to measure.
 ///
 /// # Errors
-/// [`ProbeError`] with the server's own message where it sent one.
+/// [`ProbeError`] with the server's own message where it sent one (4xx, transport, timeout).
 pub async fn probe(target: &Target, endpoints: &[Endpoint]) -> Result<ServerInfo, ProbeError> {
     let url = target.base_url().to_string();
     let (status, body) =
@@ -1362,16 +1369,49 @@ pub async fn probe(target: &Target, endpoints: &[Endpoint]) -> Result<ServerInfo
         let p = PreparedRequest::encode(&d, Some(&model));
         let cancel = CancellationFlag::new();
         let probe_timeout = t.config().request_timeout.min(Duration::from_secs(60));
-        let r = tokio::time::timeout(probe_timeout, t.send(&p, Instant::now(), &cancel)).await;
-        let Ok(r) = r else {
-            return Err(ProbeError::FirstRequestFailed {
-                endpoint: e.path().into(),
-                outcome: "timeout".into(),
-                message: format!("no complete answer within {} s", probe_timeout.as_secs()),
-            });
+        // A server whose error rate is what the sweep is to measure fails some first requests:
+        // a 5xx is retried, and after the last attempt it is a warning, not a stop. A 4xx (wrong
+        // model, bad key) is the caller's to fix and stops at once.
+        let mut server_errors = 0u32;
+        let r = loop {
+            let r = tokio::time::timeout(probe_timeout, t.send(&p, Instant::now(), &cancel)).await;
+            let Ok(r) = r else {
+                return Err(ProbeError::FirstRequestFailed {
+                    endpoint: e.path().into(),
+                    outcome: "timeout".into(),
+                    message: format!("no complete answer within {} s", probe_timeout.as_secs()),
+                });
+            };
+            match r.outcome {
+                Outcome::HttpStatus(code) if code >= 500 => {
+                    server_errors += 1;
+                    if server_errors >= PROBE_ATTEMPTS {
+                        break r;
+                    }
+                    tokio::time::sleep(PROBE_BACKOFF * 2u32.pow(server_errors - 1)).await;
+                }
+                _ => break r,
+            }
         };
+        if server_errors > 0 {
+            notes.push(format!(
+                "{}: the first request got a server error (HTTP 5xx) {server_errors} time{} of {}{}; the sweep measures the server's errors as they come",
+                e.path(),
+                if server_errors == 1 { "" } else { "s" },
+                server_errors + u32::from(r.outcome.is_success()),
+                if r.outcome.is_success() {
+                    String::new()
+                } else {
+                    format!(
+                        " (last: {})",
+                        r.message.as_deref().unwrap_or_default()
+                    )
+                }
+            ));
+        }
         match r.outcome {
             Outcome::Stop | Outcome::Length => {}
+            Outcome::HttpStatus(code) if code >= 500 => continue,
             Outcome::HttpStatus(code) => {
                 return Err(ProbeError::FirstRequest {
                     endpoint: e.path().into(),

@@ -62,6 +62,14 @@ pub enum StubFault {
         /// End of the freeze.
         until: std::time::Instant,
     },
+    /// The first `n` streaming requests answer with this status (an OpenAI error body); the
+    /// rest are normal streams: a server that errs now and then.
+    FailFirst {
+        /// Requests that fail.
+        n: u64,
+        /// Their status.
+        status: u16,
+    },
 }
 
 /// Stub behaviour.
@@ -218,6 +226,8 @@ async fn serve(
         return;
     };
     let mut conns = tokio::task::JoinSet::new();
+    // Streaming requests seen, for StubFault::FailFirst.
+    let posts = Arc::new(AtomicU64::new(0));
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -226,10 +236,11 @@ async fn serve(
                 let _ = stream.set_nodelay(true);
                 let config = config.clone();
                 let counter = counter.clone();
+                let posts = posts.clone();
                 conns.spawn(async move {
                     let svc = service_fn(move |req| {
                         counter.fetch_add(1, Ordering::Relaxed);
-                        handle(req, config.clone())
+                        handle(req, config.clone(), posts.clone())
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
@@ -266,6 +277,7 @@ fn error_json(status: StatusCode, message: &str) -> Response<StubBody> {
 async fn handle(
     req: Request<Incoming>,
     config: Arc<StubConfig>,
+    posts: Arc<AtomicU64>,
 ) -> Result<Response<StubBody>, Infallible> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
@@ -309,6 +321,13 @@ async fn handle(
                         config.models.join(", ")
                     ),
                 ));
+            }
+            let nth = posts.fetch_add(1, Ordering::Relaxed);
+            if let StubFault::FailFirst { n, status } = &config.fault
+                && nth < *n
+            {
+                let s = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                return Ok(error_json(s, "injected failure"));
             }
             if let StubFault::Status(code, msg) = &config.fault {
                 let s = StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

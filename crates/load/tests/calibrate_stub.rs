@@ -134,3 +134,18 @@ async fn a_failing_server_falls_back_to_words_with_a_reason() {
     }
     assert!(cal.overhead.is_empty());
 }
+
+/// A server that fails now and then (the first requests here) is still calibrated.
+#[tokio::test]
+async fn a_server_that_errs_now_and_then_is_still_calibrated() {
+    let s = StubServer::start(StubConfig {
+        tokenizer: StubTokenizer::Subword { tokenize: false },
+        fault: StubFault::FailFirst { n: 5, status: 503 },
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&s.url(), None, Some("tiny")).unwrap();
+    let (cal, report) = calibrate(&t, &plans(), None, None).await;
+    assert_eq!(report.method, Method::Usage, "{report:?}");
+    assert_eq!(cal.overhead_of(Shape::ChatUser), 8);
+}

@@ -439,3 +439,38 @@ async fn goodput_counts_requests_within_their_class_thresholds() {
         assert_eq!(c.goodput, want, "TTFT threshold {threshold_s} s");
     }
 }
+
+/// A server error at the probe is retried and, after the last attempt, a note, not a stop: a
+/// server whose error rate is to be measured must not refuse to be measured. A 4xx still stops
+/// (above), and so does every status of the 4xx class here.
+#[tokio::test]
+async fn probe_retries_server_errors_and_stops_on_client_errors() {
+    for (n, status) in [(1u64, 500u16), (3, 503), (100, 502)] {
+        let stub = StubServer::start(StubConfig {
+            fault: StubFault::FailFirst { n, status },
+            ..StubConfig::default()
+        })
+        .unwrap();
+        let t = Target::new(&stub.url(), None, None).unwrap();
+        let info = probe(&t, &[Endpoint::Completions])
+            .await
+            .unwrap_or_else(|e| panic!("{n} × {status}: {e}"));
+        assert_eq!(info.notes.len(), 1, "{:?}", info.notes);
+        assert!(info.notes[0].contains("server error"), "{:?}", info.notes);
+        let all = n >= 4;
+        assert_eq!(info.notes[0].contains("(last:"), all, "{:?}", info.notes);
+    }
+    for status in [401u16, 404, 422] {
+        let stub = StubServer::start(StubConfig {
+            fault: StubFault::FailFirst { n: 1, status },
+            ..StubConfig::default()
+        })
+        .unwrap();
+        let t = Target::new(&stub.url(), None, None).unwrap();
+        let e = probe(&t, &[Endpoint::Completions]).await.unwrap_err();
+        assert!(
+            matches!(e, ProbeError::FirstRequest { status: s, .. } if s == status),
+            "{e}"
+        );
+    }
+}
