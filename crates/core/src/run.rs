@@ -125,6 +125,25 @@ impl ObjectiveResult {
     pub fn short_reason(&self) -> String {
         let r = self.reason.trim();
         let r = r.strip_prefix("refused (").unwrap_or(r);
+        // A sample minimum counted in requests (ITL: gaps of few requests) is the why, wherever
+        // it stands: `8 requests; p95 needs 20`.
+        if let Some(need) = r.split("; ").find(|c| c.contains("needs at least")) {
+            let n = need
+                .split_whitespace()
+                .skip_while(|w| *w != "least")
+                .nth(1)
+                .unwrap_or("?");
+            let had = r
+                .split("over the ")
+                .nth(1)
+                .and_then(|t| t.split_whitespace().next())
+                .filter(|t| t.parse::<u64>().is_ok());
+            let pct = need.split_whitespace().next().unwrap_or("percentile");
+            return match had {
+                Some(k) => format!("{k} requests; {pct} needs {n}"),
+                None => format!("{pct} needs {n} samples"),
+            };
+        }
         let cut = ["; ", ": ", " (", ". "]
             .iter()
             .filter_map(|sep| r.find(sep))
@@ -692,6 +711,42 @@ mod tests {
         }
         l.verdict = Verdict::Pass;
         assert_eq!(l.verdict_line(), "PASS");
+    }
+
+    /// The terminal's few words of why, from the reasons the judges write.
+    #[test]
+    fn short_reasons_say_why_in_a_few_words() {
+        let mut l = level(2.0, Verdict::Inconclusive, &[("itl_p95", 0.1, 0.05)]);
+        let o = &mut l.objectives[0];
+        for (reason, want) in [
+            (
+                "0 of 497 above the threshold (client); 95 % interval over the 8 requests they came from; p95 needs at least 20 samples (requests)",
+                "8 requests; p95 needs 20",
+            ),
+            (
+                "prompts 40 % shorter than specified: the PASS may be the drift's doing (prompts realised 600 tokens against 1000 requested (60 %)); 3 of 100 above",
+                "prompts 40 % shorter than specified",
+            ),
+            (
+                "refused (client and server disagree on finished requests: client 3, server 4 (vllm:request_success_total)); the figure alone said PASS",
+                "client and server disagree on finished requests",
+            ),
+            ("", ""),
+        ] {
+            o.reason = reason.into();
+            o.verdict = Verdict::Inconclusive;
+            assert_eq!(o.short_reason(), want);
+        }
+        assert_eq!(
+            l.verdict_line(),
+            "INCONCLUSIVE (inconclusive: itl_p95)",
+            "an empty reason adds nothing"
+        );
+        l.objectives[0].reason = "p95 needs at least 20 samples; over the 8 requests".into();
+        assert_eq!(
+            l.verdict_line(),
+            "INCONCLUSIVE (inconclusive: itl_p95 (8 requests; p95 needs 20))"
+        );
     }
 
     #[test]
