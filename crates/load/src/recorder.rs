@@ -436,6 +436,21 @@ pub struct LevelRecording {
     /// [`Outcome::ClientLimit`]): the level offered less load than asked and gives no verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborted: Option<String>,
+    /// The longest stretch of the window in which requests were in flight but no content chunk
+    /// arrived and no request ended (10 ms resolution); `None` when there was none. A long one is
+    /// a stalled server (`runner::stall_warning`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_silence: Option<Silence>,
+}
+
+/// A stretch of a measurement window with requests in flight and neither a content chunk nor a
+/// request's end.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Silence {
+    /// Start, seconds after the window opened.
+    pub from_s: f64,
+    /// Length, seconds.
+    pub len_s: f64,
 }
 
 impl LevelRecording {
@@ -458,6 +473,7 @@ impl LevelRecording {
             class_totals: vec![LevelTotals::default(); names.len()],
             window_note: String::new(),
             aborted: None,
+            longest_silence: None,
         }
     }
 
@@ -509,6 +525,11 @@ impl LevelRecording {
         if self.aborted.is_none() {
             self.aborted.clone_from(&other.aborted);
         }
+        // Another shard's traffic may fill one shard's silence: the shorter is the safer claim.
+        self.longest_silence = match (self.longest_silence, other.longest_silence) {
+            (Some(a), Some(b)) => Some(if b.len_s < a.len_s { b } else { a }),
+            _ => None,
+        };
         self.client.process_cpu_s += other.client.process_cpu_s;
         self.client.wall_s = self.client.wall_s.max(other.client.wall_s);
         self.client.cores += other.client.cores;

@@ -33,7 +33,7 @@ use crate::client::{
     Answer, CancellationFlag, Dispatched, PreparedRequest, RequestRecord, Target, server_message,
 };
 use crate::prompt::{ClassPlan, DrawnRequest, RequestMix};
-use crate::recorder::{ClientUsage, LevelRecording, new_histogram};
+use crate::recorder::{ClientUsage, LevelRecording, Silence, new_histogram};
 use crate::workload::Endpoint;
 use headroom_core::Outcome;
 use std::collections::VecDeque;
@@ -224,6 +224,8 @@ pub async fn run_level(
 }
 
 struct Done {
+    /// The request's start (see [`RequestRecord`]): its times count from here.
+    start: Instant,
     in_window: bool,
     record: RequestRecord,
     /// The wait the server asked for when it refused the request (see [`Answer`]).
@@ -281,6 +283,7 @@ fn request_task(
         } = target.answer(&p, sent, start, &cancel).await;
         record.start_offset_ns = offset;
         let _ = tx.send(Msg::Done(Done {
+            start,
             in_window,
             record,
             retry_after,
@@ -382,6 +385,108 @@ struct Flight {
     /// first one's message: the level is void, its window closes at once.
     client_limited: u64,
     client_limit_msg: Option<String>,
+    /// When chunks arrived and requests ended, for the longest silence of the window.
+    activity: Activity,
+}
+
+/// Which slices of the level, counted from the window's start, saw a content chunk arrive or a
+/// request end, and how many requests were in flight in each: a server that froze leaves a run
+/// of slices with requests in flight and nothing arriving. 10 ms slices, at most an hour of them
+/// (1.8 MB), whatever the request rate.
+struct Activity {
+    from: Instant,
+    /// A bit per slice: something arrived.
+    seen: Vec<u64>,
+    /// Requests starting minus requests ending, per slice (the in-flight count's differences).
+    flight: Vec<i32>,
+}
+
+impl Activity {
+    const SLICE_NS: u64 = 10_000_000;
+    /// Slices kept: one hour.
+    const MAX_SLICES: usize = 360_000;
+
+    fn new(from: Instant) -> Activity {
+        Activity {
+            from,
+            seen: Vec::new(),
+            flight: Vec::new(),
+        }
+    }
+
+    /// The slice of `at` (0 before the window), at most [`Activity::MAX_SLICES`].
+    fn slice(&self, at: Instant) -> usize {
+        let ns = at.saturating_duration_since(self.from).as_nanos() / u128::from(Self::SLICE_NS);
+        usize::try_from(ns).map_or(Self::MAX_SLICES, |i| i.min(Self::MAX_SLICES))
+    }
+
+    /// A request's chunks, its end and the span it was in flight.
+    fn request(&mut self, start: Instant, r: &RequestRecord) {
+        let end = start + Duration::from_nanos(r.timing.end_ns);
+        for at in r
+            .timing
+            .content_chunk_ns
+            .iter()
+            .map(|&ns| start + Duration::from_nanos(ns))
+        {
+            self.mark(at);
+        }
+        self.mark(end);
+        let (a, b) = (self.slice(start), self.slice(end) + 1);
+        if self.flight.len() <= b {
+            self.flight.resize(b + 1, 0);
+        }
+        self.flight[a] += 1;
+        self.flight[b] -= 1;
+    }
+
+    /// Something arrived at `at` (before the window: ignored).
+    fn mark(&mut self, at: Instant) {
+        if at < self.from {
+            return;
+        }
+        let i = self.slice(at);
+        if i >= Self::MAX_SLICES {
+            return;
+        }
+        if self.seen.len() <= i / 64 {
+            self.seen.resize(i / 64 + 1, 0);
+        }
+        self.seen[i / 64] |= 1 << (i % 64);
+    }
+
+    /// The longest run of slices in the first `window` of the level's window with a request in
+    /// flight and nothing arriving.
+    fn longest_silence(&self, window: Duration) -> Option<Silence> {
+        let n = usize::try_from(window.as_nanos() / u128::from(Self::SLICE_NS))
+            .unwrap_or(usize::MAX)
+            .min(Self::MAX_SLICES);
+        let seen = |i: usize| {
+            self.seen
+                .get(i / 64)
+                .is_some_and(|w| w & (1 << (i % 64)) != 0)
+        };
+        let (mut best, mut run_from, mut run, mut in_flight) = (None::<(usize, usize)>, 0, 0, 0i64);
+        for i in 0..n {
+            in_flight += i64::from(self.flight.get(i).copied().unwrap_or(0));
+            if seen(i) || in_flight <= 0 {
+                run = 0;
+                continue;
+            }
+            if run == 0 {
+                run_from = i;
+            }
+            run += 1;
+            if best.is_none_or(|(_, len)| run > len) {
+                best = Some((run_from, run));
+            }
+        }
+        let s = Self::SLICE_NS as f64 / 1e9;
+        best.map(|(from, len)| Silence {
+            from_s: from as f64 * s,
+            len_s: len as f64 * s,
+        })
+    }
 }
 
 impl Flight {
@@ -399,6 +504,7 @@ impl Flight {
 
     fn done(&mut self, d: Done, out: &mut LevelRecording, good: &[GoodputSlo]) {
         self.in_flight -= 1;
+        self.activity.request(d.start, &d.record);
         if d.record.outcome == Outcome::ClientLimit {
             self.client_limited += 1;
             if self.client_limit_msg.is_none() {
@@ -487,6 +593,7 @@ pub async fn run_level_with(
         pacer_late: new_histogram(),
         client_limited: 0,
         client_limit_msg: None,
+        activity: Activity::new(window_start),
     };
     let next_request = |mix: &mut RequestMix<'_>| -> Option<PreparedRequest> {
         // A draw fails only when a tokenizer fails; the request is skipped.
@@ -804,6 +911,9 @@ pub async fn run_level_with(
             None => break,
         }
     }
+    out.longest_silence = fl
+        .activity
+        .longest_silence(Duration::from_secs_f64(out.window_s));
     if fl.client_limited > 0 && out.aborted.is_none() {
         out.aborted = Some(client_limit_abort(
             fl.client_limited,
@@ -942,6 +1052,54 @@ pub fn refusal_warning(rec: &LevelRecording) -> Option<String> {
         "{refused} of {n} requests of the window ({:.0} %) were refused with HTTP 429/503 (a gateway's concurrency limit or queue, or an overloaded server): the level measured that admission limit more than the engine, and its latencies describe the {} admitted requests only; {pacing}",
         100.0 * refused as f64 / n as f64,
         n - refused
+    ))
+}
+
+/// Silences shorter than this are never a stall: a scheduler hiccup, a long prefill.
+const STALL_MIN_S: f64 = 1.0;
+
+/// How many times the typical wait (the larger of TTFT p50 and ITL p50) a silence must last to
+/// be a stall.
+const STALL_TYPICAL_FACTOR: f64 = 5.0;
+
+/// A warning for a window in which the server went silent: for longer than
+/// max([`STALL_MIN_S`], [`STALL_TYPICAL_FACTOR`] × the larger of TTFT p50 and ITL p50),
+/// requests were in flight but no content chunk arrived and no request ended
+/// ([`LevelRecording::longest_silence`]). A closed
+/// loop waits with a frozen server, so its percentiles can pass over a stall that an open loop
+/// fails on. `None` otherwise, and for a window without requests.
+pub fn stall_warning(rec: &LevelRecording) -> Option<String> {
+    let silence = rec.longest_silence.as_ref()?;
+    let total = rec.total();
+    if total.requests() == 0 {
+        return None;
+    }
+    let p50_s = |sig| {
+        total
+            .percentile_ns(sig, 50.0)
+            .map_or(0.0, |ns| ns as f64 / 1e9)
+    };
+    let typical =
+        p50_s(headroom_core::LatencySignal::Ttft).max(p50_s(headroom_core::LatencySignal::Itl));
+    let limit = STALL_MIN_S.max(STALL_TYPICAL_FACTOR * typical);
+    if silence.len_s <= limit {
+        return None;
+    }
+    let why = match rec.mode {
+        headroom_core::run::LoadMode::Concurrency => {
+            "a closed loop waits with a stalled server, so its percentiles can hide the stall; check the server for a pause (a GC pause, a restart, a stuck engine step) and measure it in open loop (--rate), where requests keep arriving during a stall"
+        }
+        headroom_core::run::LoadMode::Rate => {
+            "requests that arrived during it waited, so the latencies include it; check the server for a pause (a GC pause, a restart, a stuck engine step)"
+        }
+    };
+    Some(format!(
+        "the server went silent for {:.1} s of the {:.1} s window (from {:.1} s into it): no content chunk arrived and no request ended, longer than {:.1} s (1 s, or 5 x the typical TTFT/ITL p50 of {:.0} ms); {why}",
+        silence.len_s,
+        rec.window_s,
+        silence.from_s,
+        limit,
+        typical * 1e3
     ))
 }
 
@@ -1546,6 +1704,51 @@ mod tests {
 
     /// The refusal warning needs more than half of the window's requests refused (429 and 503
     /// together, over every class); 500s and transport failures are no refusals.
+    #[test]
+    fn silences_count_only_with_requests_in_flight() {
+        const MS: u64 = 1_000_000;
+        let t0 = Instant::now();
+        let ms = |m: u64| Duration::from_millis(m);
+        let record = |chunks: &[u64], end_ms: u64| {
+            let mut r = unsent(
+                &PreparedRequest::encode(
+                    &DrawnRequest {
+                        class: 0,
+                        endpoint: Endpoint::Completions,
+                        prefix: Arc::from(""),
+                        prompt: "x".into(),
+                        requested_prompt_tokens: 1,
+                        max_tokens: 4,
+                        ignore_eos: false,
+                    },
+                    None,
+                ),
+                t0,
+                t0,
+                0,
+            );
+            r.timing.content_chunk_ns = chunks.iter().map(|c| c * MS).collect();
+            r.timing.end_ns = end_ms * MS;
+            r
+        };
+        let mut a = Activity::new(t0);
+        // Busy 0–1 s, then a request in flight from 2 s that is silent until 4.5 s; nothing in
+        // flight between 1 s and 2 s (an idle open loop is no stall).
+        a.request(t0, &record(&[100, 500, 900], 1_000));
+        a.request(t0 + ms(2_000), &record(&[2_500], 2_600));
+        let s = a.longest_silence(ms(5_000)).unwrap();
+        assert!(
+            (s.from_s - 2.01).abs() < 0.02 && (s.len_s - 2.49).abs() < 0.02,
+            "{s:?}"
+        );
+        // A request before the window counts from the window's start.
+        let mut b = Activity::new(t0 + ms(1_000));
+        b.request(t0, &record(&[1_500], 1_600));
+        let s = b.longest_silence(ms(1_000)).unwrap();
+        assert!(s.from_s < 0.01 && (s.len_s - 0.5).abs() < 0.02, "{s:?}");
+        assert_eq!(Activity::new(t0).longest_silence(ms(1_000)), None);
+    }
+
     #[test]
     fn most_requests_refused_is_warned() {
         use headroom_core::run::LoadMode;

@@ -474,3 +474,95 @@ async fn probe_retries_server_errors_and_stops_on_client_errors() {
         );
     }
 }
+
+/// A server frozen for 3 s of an 8 s closed-loop window with 4 users: the percentiles may pass,
+/// but the level says the server went silent, when and for how long; the same level without the
+/// freeze says nothing.
+#[tokio::test]
+async fn a_frozen_server_in_a_closed_loop_is_warned() {
+    use headroom_load::runner::stall_warning;
+    let warmup = Duration::from_millis(300);
+    let start = Instant::now();
+    let window_start = start + warmup;
+    let stub = StubServer::start(StubConfig {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(10),
+        fault: StubFault::Freeze {
+            from: window_start + Duration::from_secs(2),
+            until: window_start + Duration::from_secs(5),
+        },
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+    let rec = run_level(
+        &t,
+        &plans(ONE),
+        LevelMode::Concurrency(4),
+        warmup,
+        Duration::from_secs(8),
+        3,
+        CancellationFlag::new(),
+    )
+    .await;
+    let s = rec.longest_silence.expect("a silence");
+    assert!((2.6..=3.1).contains(&s.len_s), "{s:?}");
+    assert!((1.9..=2.4).contains(&s.from_s), "{s:?}");
+    let w = stall_warning(&rec).expect("a stall warning");
+    assert!(
+        w.contains("went silent for") && w.contains("closed loop") && w.contains("--rate"),
+        "{w}"
+    );
+    // It survives the recording's round trip (results.json carries the warning, the histogram
+    // file the silence).
+    let back: headroom_load::recorder::LevelRecording =
+        serde_json::from_str(&serde_json::to_string(&rec).unwrap()).unwrap();
+    assert_eq!(back.longest_silence, rec.longest_silence);
+
+    let calm = StubServer::start(StubConfig {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(10),
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&calm.url(), None, Some("tiny")).unwrap();
+    let rec = run_level(
+        &t,
+        &plans(ONE),
+        LevelMode::Concurrency(4),
+        warmup,
+        Duration::from_secs(2),
+        3,
+        CancellationFlag::new(),
+    )
+    .await;
+    assert_eq!(stall_warning(&rec), None, "{:?}", rec.longest_silence);
+}
+
+/// Hostile streams end their requests as `protocol` and the level runs to its end: an endless
+/// line on every request of a closed loop neither aborts the level nor the process.
+#[tokio::test]
+async fn a_hostile_server_fails_requests_not_the_level() {
+    let stub = StubServer::start(StubConfig {
+        fault: StubFault::EndlessLine,
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+    let rec = run_level(
+        &t,
+        &plans(ONE),
+        LevelMode::Concurrency(2),
+        Duration::ZERO,
+        Duration::from_millis(500),
+        1,
+        CancellationFlag::new(),
+    )
+    .await;
+    let c = &rec.classes[0];
+    assert!(c.requests() > 0);
+    assert_eq!(c.outcomes.get(&Outcome::Protocol), Some(&c.requests()));
+    assert!(c.examples["protocol"].contains("SSE line longer than"));
+    assert_eq!(rec.aborted, None);
+    assert!(!rec.interrupted);
+}

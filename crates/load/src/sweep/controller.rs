@@ -778,6 +778,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
     let totals = client_totals(rec);
     let mut warnings = rec.client_warnings(send_lag_limit_s(j.slo, j.phase), 0.8);
     warnings.extend(crate::runner::refusal_warning(rec));
+    warnings.extend(crate::runner::stall_warning(rec));
     let mut server: Option<ServerView> = None;
     let workload_drift = drift(&total.tokens);
     if let Some(d) = &workload_drift {
