@@ -475,36 +475,47 @@ async fn probe_retries_server_errors_and_stops_on_client_errors() {
     }
 }
 
+/// A closed loop of 4 users over `measure` after a 300 ms warm-up, against a stub streaming 10
+/// tokens (TTFT 20 ms, ITL 10 ms) with `fault`.
+async fn four_users(
+    fault: StubFault,
+    measure: Duration,
+) -> headroom_load::recorder::LevelRecording {
+    let stub = StubServer::start(StubConfig {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(10),
+        fault,
+        ..StubConfig::default()
+    })
+    .unwrap();
+    let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+    run_level(
+        &t,
+        &plans(ONE),
+        LevelMode::Concurrency(4),
+        FOUR_USERS_WARMUP,
+        measure,
+        3,
+        CancellationFlag::new(),
+    )
+    .await
+}
+
+const FOUR_USERS_WARMUP: Duration = Duration::from_millis(300);
+
 /// A server frozen for 3 s of an 8 s closed-loop window with 4 users: the percentiles may pass,
 /// but the level says the server went silent, when and for how long; the same level without the
 /// freeze says nothing.
 #[tokio::test]
 async fn a_frozen_server_in_a_closed_loop_is_warned() {
     use headroom_load::runner::stall_warning;
-    let warmup = Duration::from_millis(300);
-    let start = Instant::now();
-    let window_start = start + warmup;
-    let stub = StubServer::start(StubConfig {
-        ttft: Duration::from_millis(20),
-        itl: Duration::from_millis(10),
-        fault: StubFault::Freeze {
-            from: window_start + Duration::from_secs(2),
-            until: window_start + Duration::from_secs(5),
-        },
-        ..StubConfig::default()
-    })
-    .unwrap();
-    let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
-    let rec = run_level(
-        &t,
-        &plans(ONE),
-        LevelMode::Concurrency(4),
-        warmup,
-        Duration::from_secs(8),
-        3,
-        CancellationFlag::new(),
-    )
-    .await;
+    // The level starts as soon as the stub is up: the window opens after the warm-up.
+    let window_start = Instant::now() + FOUR_USERS_WARMUP;
+    let fault = StubFault::Freeze {
+        from: window_start + Duration::from_secs(2),
+        until: window_start + Duration::from_secs(5),
+    };
+    let rec = four_users(fault, Duration::from_secs(8)).await;
     let s = rec.longest_silence.expect("a silence");
     assert!((2.6..=3.1).contains(&s.len_s), "{s:?}");
     assert!((1.9..=2.4).contains(&s.from_s), "{s:?}");
@@ -519,23 +530,7 @@ async fn a_frozen_server_in_a_closed_loop_is_warned() {
         serde_json::from_str(&serde_json::to_string(&rec).unwrap()).unwrap();
     assert_eq!(back.longest_silence, rec.longest_silence);
 
-    let calm = StubServer::start(StubConfig {
-        ttft: Duration::from_millis(20),
-        itl: Duration::from_millis(10),
-        ..StubConfig::default()
-    })
-    .unwrap();
-    let t = Target::new(&calm.url(), None, Some("tiny")).unwrap();
-    let rec = run_level(
-        &t,
-        &plans(ONE),
-        LevelMode::Concurrency(4),
-        warmup,
-        Duration::from_secs(2),
-        3,
-        CancellationFlag::new(),
-    )
-    .await;
+    let rec = four_users(StubFault::None, Duration::from_secs(2)).await;
     assert_eq!(stall_warning(&rec), None, "{:?}", rec.longest_silence);
 }
 
