@@ -1,11 +1,19 @@
 //! Classification: from a request's route, body and tenant header to a class and tenant label.
 //!
 //! The body is read once, without building a JSON tree: [`RequestFacts::from_body`] walks it
-//! with serde and keeps only `model`, `stream`, `max_tokens` (or `max_completion_tokens`) and
-//! the *size* of `prompt` / `messages`. Prompt tokens are estimated as ⌈characters / 4⌉ over
-//! every string in `prompt` or `messages` (OpenAI's rule of thumb for English text) plus one
-//! token per integer of a token-id prompt; the estimate only chooses a class, it is never
-//! exported. The prompt text itself is never stored, logged or used as a label.
+//! with serde and keeps only `model`, `stream`, the output limit, `n`, `best_of`, the number of
+//! prompts of a batch and the *size* of `prompt` / `messages` / `tools`. Prompt tokens are
+//! estimated as ⌈characters / 4⌉ (OpenAI's rule of thumb for English text) over every string
+//! of every prompt of a batch, of `messages`, and of `tools` / `functions` with their keys
+//! (chat templates render tool schemas into the prompt as JSON), plus one token per integer of
+//! a token-id prompt; the estimate only chooses a class, it is never exported. The prompt text
+//! itself is never stored, logged or used as a label.
+//!
+//! What a client could otherwise game is read as vLLM reads it: the output limit follows
+//! vLLM's precedence (chat: `max_completion_tokens` when given, else `max_tokens`;
+//! completions: `max_tokens` only, 16 when absent or null, as vLLM's `CompletionRequest`), and
+//! a request counts as [`RequestFacts::sequences`] = prompts × max(`n`, `best_of`) against its
+//! class's concurrency limit ([`crate::admit`]), so one admission slot cannot carry N sequences.
 //!
 //! Label values stay bounded whatever clients send: the class is one of the configured names and
 //! the tenant is an allowlisted name or `other`.
@@ -21,13 +29,17 @@ pub struct RequestFacts {
     pub model: Option<String>,
     /// `stream`, read as vLLM's pydantic request model reads it in lax mode (see [`lax_bool`]).
     pub stream: bool,
-    /// `max_tokens`, else `max_completion_tokens`, when it reads as a non-negative integer the
-    /// way vLLM's pydantic model reads it (see [`lax_u64`]). `None` when absent: the request may
-    /// then generate up to the rest of the context window (chat; `/v1/completions` defaults to
-    /// 16), so a class rule with a `max_tokens` range does not match it.
+    /// The output limit per sequence, in vLLM's precedence (see the module doc), when it reads
+    /// as a non-negative integer the way vLLM's pydantic model reads it (see [`lax_u64`]).
+    /// `None` for a chat request without one: it may then generate up to the rest of the
+    /// context window, so a class rule with a `max_tokens` range does not match it.
     pub max_tokens: Option<u64>,
-    /// Estimated prompt tokens (see the module doc).
+    /// Estimated prompt tokens over every prompt of the request (see the module doc).
     pub prompt_tokens_est: u64,
+    /// Sequences the engine runs for it: prompts of a batch × max(`n`, `best_of`), at least 1.
+    /// vLLM 0.32 ignores `best_of` (its request models have no such field), older vLLM and
+    /// other servers generate that many; counting it never under-counts.
+    pub sequences: u64,
 }
 
 /// Why a body is not acceptable JSON.
@@ -42,10 +54,11 @@ impl RequestFacts {
     /// [`BodyError`] when the body is not valid JSON or not a JSON object; the message gives
     /// serde_json's line and column. Fields of unexpected types are ignored here (the upstream
     /// validates them), so the gateway is never stricter than the server behind it.
-    pub fn from_body(body: &[u8]) -> Result<RequestFacts, BodyError> {
+    /// `route` picks the output-limit precedence (`None`: an unmeasured path, read as chat).
+    pub fn from_body(body: &[u8], route: Option<Route>) -> Result<RequestFacts, BodyError> {
         let mut de = serde_json::Deserializer::from_slice(body);
         let facts = de
-            .deserialize_map(FactsVisitor)
+            .deserialize_map(FactsVisitor(route))
             .map_err(|e| BodyError(describe(&e)))?;
         de.end().map_err(|e| BodyError(describe(&e)))?;
         Ok(facts)
@@ -65,7 +78,12 @@ fn describe(e: &serde_json::Error) -> String {
     )
 }
 
-struct FactsVisitor;
+struct FactsVisitor(Option<Route>);
+
+/// A field's value unless it is absent or `null` (pydantic treats both as "not given").
+fn given(v: serde_json::Value) -> Option<serde_json::Value> {
+    (!v.is_null()).then_some(v)
+}
 
 impl<'de> Visitor<'de> for FactsVisitor {
     type Value = RequestFacts;
@@ -76,9 +94,10 @@ impl<'de> Visitor<'de> for FactsVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RequestFacts, A::Error> {
         let mut f = RequestFacts::default();
-        let mut max_completion = None;
-        let mut chars = 0u64;
-        let mut ids = 0u64;
+        let (mut max_tokens, mut max_completion) = (None, None);
+        let (mut n, mut best_of) = (None, None);
+        let mut size = TextSize::default();
+        let mut prompts = 1;
         while let Some(key) = map.next_key::<KeyName>()? {
             match key.0 {
                 Key::Model => {
@@ -88,26 +107,36 @@ impl<'de> Visitor<'de> for FactsVisitor {
                     }
                 }
                 Key::Stream => {
-                    f.stream = lax_bool(&map.next_value::<serde_json::Value>()?).unwrap_or(false);
+                    f.stream = lax_bool(&map.next_value::<serde_json::Value>()?).unwrap_or(false)
                 }
-                Key::MaxTokens => f.max_tokens = lax_u64(&map.next_value::<serde_json::Value>()?),
+                Key::MaxTokens => max_tokens = given(map.next_value::<serde_json::Value>()?),
                 Key::MaxCompletionTokens => {
-                    max_completion = lax_u64(&map.next_value::<serde_json::Value>()?);
+                    max_completion = given(map.next_value::<serde_json::Value>()?)
                 }
-                Key::Prompt | Key::Messages => {
-                    let s = map.next_value::<TextSize>()?;
-                    chars += s.chars;
-                    ids += s.ints;
+                Key::N => n = lax_count(&map.next_value::<serde_json::Value>()?),
+                Key::BestOf => best_of = lax_count(&map.next_value::<serde_json::Value>()?),
+                Key::Prompt => {
+                    let p = map.next_value_seed(SizeSeed { keys: false })?;
+                    prompts = p.items.max(1);
+                    size.add(&p);
                 }
+                Key::Messages => size.add(&map.next_value_seed(SizeSeed { keys: false })?),
+                Key::Tools => size.add(&map.next_value_seed(SizeSeed { keys: true })?),
                 Key::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        if f.max_tokens.is_none() {
-            f.max_tokens = max_completion;
-        }
-        f.prompt_tokens_est = chars.div_ceil(4) + ids;
+        f.max_tokens = match self.0 {
+            // vLLM's CompletionRequest: `max_tokens: int | None = 16`, null normalised to 16;
+            // it has no `max_completion_tokens`.
+            Some(Route::Completions) => max_tokens.map_or(Some(16), |v| lax_u64(&v)),
+            // ChatCompletionRequest.build_tok_params: `max_completion_tokens` when not None.
+            _ => max_completion.or(max_tokens).and_then(|v| lax_u64(&v)),
+        };
+        let per_prompt = n.unwrap_or(1).max(best_of.unwrap_or(1)).max(1);
+        f.sequences = prompts.saturating_mul(per_prompt);
+        f.prompt_tokens_est = size.chars.div_ceil(4) + size.ints;
         Ok(f)
     }
 }
@@ -139,6 +168,25 @@ pub fn lax_u64(v: &serde_json::Value) -> Option<u64> {
     }
 }
 
+/// A count (`n`, `best_of`) as [`lax_u64`] reads it, except that an integer too large for u64
+/// (`1e30`, a long digit string: a Python int has no limit) saturates instead of reading as
+/// absent, so it cannot pass for `n = 1`.
+fn lax_count(v: &serde_json::Value) -> Option<u64> {
+    use serde_json::Value;
+    lax_u64(v).or_else(|| {
+        let big = match v {
+            Value::Number(n) => n.as_f64().is_some_and(|f| f >= 1.0 && f.fract() == 0.0),
+            Value::String(s) => {
+                let t = s.trim();
+                let d = t.strip_prefix('+').unwrap_or(t);
+                !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+            }
+            _ => false,
+        };
+        big.then_some(u64::MAX)
+    })
+}
+
 /// A JSON value as a boolean the way pydantic v2 reads a `bool` field in lax mode: `true` /
 /// `false`, the integers (and integral floats) 0 and 1, and the strings `0 1 f t n y no on off
 /// yes true false` in any case. Anything else is `None`.
@@ -165,8 +213,11 @@ enum Key {
     Stream,
     MaxTokens,
     MaxCompletionTokens,
+    N,
+    BestOf,
     Prompt,
     Messages,
+    Tools,
     Other,
 }
 
@@ -186,8 +237,12 @@ impl<'de> serde::Deserialize<'de> for KeyName {
                     "stream" => Key::Stream,
                     "max_tokens" => Key::MaxTokens,
                     "max_completion_tokens" => Key::MaxCompletionTokens,
+                    "n" => Key::N,
+                    "best_of" => Key::BestOf,
                     "prompt" => Key::Prompt,
                     "messages" => Key::Messages,
+                    // `functions`: the legacy spelling of `tools`, still rendered by templates.
+                    "tools" | "functions" => Key::Tools,
                     _ => Key::Other,
                 }))
             }
@@ -196,22 +251,58 @@ impl<'de> serde::Deserialize<'de> for KeyName {
     }
 }
 
-/// Characters in every string and the number of integers in any JSON value, without keeping it.
+/// Characters in every string (and, for tools, every key) and the number of integers in any
+/// JSON value, without keeping it.
 #[derive(Default)]
 struct TextSize {
     chars: u64,
     ints: u64,
+    /// Top-level items that are prompts of a batch: strings and lists (a flat list of token
+    /// ids is one prompt).
+    items: u64,
 }
 
-impl<'de> serde::Deserialize<'de> for TextSize {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<TextSize, D::Error> {
-        d.deserialize_any(SizeVisitor)
+impl TextSize {
+    fn add(&mut self, o: &TextSize) {
+        self.chars += o.chars;
+        self.ints += o.ints;
     }
 }
 
-struct SizeVisitor;
+/// Sizes a JSON value; `keys`: count the characters of object keys too.
+#[derive(Clone, Copy)]
+struct SizeSeed {
+    keys: bool,
+}
 
-impl<'de> Visitor<'de> for SizeVisitor {
+impl<'de> de::DeserializeSeed<'de> for SizeSeed {
+    type Value = TextSize;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<TextSize, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// The length of a map key in characters.
+struct KeyChars(u64);
+
+impl<'de> serde::Deserialize<'de> for KeyChars {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<KeyChars, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = KeyChars;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<KeyChars, E> {
+                Ok(KeyChars(s.chars().count() as u64))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> Visitor<'de> for SizeSeed {
     type Value = TextSize;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -220,14 +311,18 @@ impl<'de> Visitor<'de> for SizeVisitor {
     fn visit_str<E: de::Error>(self, s: &str) -> Result<TextSize, E> {
         Ok(TextSize {
             chars: s.chars().count() as u64,
-            ints: 0,
+            items: 1,
+            ..TextSize::default()
         })
     }
     fn visit_u64<E: de::Error>(self, _: u64) -> Result<TextSize, E> {
-        Ok(TextSize { chars: 0, ints: 1 })
+        Ok(TextSize {
+            ints: 1,
+            ..TextSize::default()
+        })
     }
     fn visit_i64<E: de::Error>(self, _: i64) -> Result<TextSize, E> {
-        Ok(TextSize { chars: 0, ints: 1 })
+        self.visit_u64(0)
     }
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<TextSize, E> {
         Ok(TextSize::default())
@@ -240,18 +335,25 @@ impl<'de> Visitor<'de> for SizeVisitor {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TextSize, A::Error> {
         let mut t = TextSize::default();
-        while let Some(s) = seq.next_element::<TextSize>()? {
-            t.chars += s.chars;
-            t.ints += s.ints;
+        let mut prompts = 0;
+        while let Some(s) = seq.next_element_seed(self)? {
+            // A string or a list inside a list is one prompt of a batch; an integer is a token.
+            prompts += u64::from(s.items > 0 || s.ints == 0);
+            t.add(&s);
         }
+        t.items = prompts.max(1);
         Ok(t)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TextSize, A::Error> {
-        let mut t = TextSize::default();
-        while map.next_key::<IgnoredAny>()?.is_some() {
-            let s = map.next_value::<TextSize>()?;
-            t.chars += s.chars;
-            t.ints += s.ints;
+        let mut t = TextSize {
+            items: 1,
+            ..TextSize::default()
+        };
+        while let Some(k) = map.next_key::<KeyChars>()? {
+            if self.keys {
+                t.chars += k.0;
+            }
+            t.add(&map.next_value_seed(self)?);
         }
         Ok(t)
     }
@@ -302,8 +404,7 @@ mod tests {
     fn facts_from_bodies() {
         // 12 characters of text → ⌈12 / 4⌉ = 3 tokens.
         let f = RequestFacts::from_body(
-            br#"{"model":"m","prompt":"hello world!","max_tokens":7,"stream":true,"temperature":0.5}"#,
-        )
+            br#"{"model":"m","prompt":"hello world!","max_tokens":7,"stream":true,"temperature":0.5}"#, None)
         .unwrap();
         assert_eq!(
             f,
@@ -311,23 +412,24 @@ mod tests {
                 model: Some("m".into()),
                 stream: true,
                 max_tokens: Some(7),
-                prompt_tokens_est: 3
+                prompt_tokens_est: 3,
+                sequences: 1,
             }
         );
         // Chat: strings "system"(6) + "ab"(2) + "user"(4) + "cdé"(3 chars) = 15 → 4 tokens; no
         // max_tokens but max_completion_tokens.
         let f = RequestFacts::from_body(
-            "{\"messages\":[{\"role\":\"system\",\"content\":\"ab\"},{\"role\":\"user\",\"content\":[{\"text\":\"cdé\"}]}],\"max_completion_tokens\":9}".as_bytes(),
-        )
+            "{\"messages\":[{\"role\":\"system\",\"content\":\"ab\"},{\"role\":\"user\",\"content\":[{\"text\":\"cdé\"}]}],\"max_completion_tokens\":9}".as_bytes(), None)
         .unwrap();
         assert_eq!(f.prompt_tokens_est, 4); // keys such as "text" are not counted
         assert_eq!(f.max_tokens, Some(9));
         assert!(!f.stream);
         // Token-id prompt: one token per id.
-        let f = RequestFacts::from_body(br#"{"prompt":[1,2,3,4,5],"max_tokens":-1}"#).unwrap();
+        let f =
+            RequestFacts::from_body(br#"{"prompt":[1,2,3,4,5],"max_tokens":-1}"#, None).unwrap();
         assert_eq!((f.prompt_tokens_est, f.max_tokens), (5, None));
         // Wrong types are left to the upstream.
-        let f = RequestFacts::from_body(br#"{"model":5,"stream":"maybe"}"#).unwrap();
+        let f = RequestFacts::from_body(br#"{"model":5,"stream":"maybe"}"#, None).unwrap();
         assert_eq!((f.model, f.stream), (None, false));
     }
 
@@ -356,7 +458,7 @@ mod tests {
         ] {
             for key in ["max_tokens", "max_completion_tokens"] {
                 let body = format!(r#"{{"{key}":{v}}}"#);
-                let f = RequestFacts::from_body(body.as_bytes()).unwrap();
+                let f = RequestFacts::from_body(body.as_bytes(), None).unwrap();
                 assert_eq!(f.max_tokens, want, "{body}");
             }
         }
@@ -377,11 +479,100 @@ mod tests {
         ] {
             let body = format!(r#"{{"stream":{v}}}"#);
             assert_eq!(
-                RequestFacts::from_body(body.as_bytes()).unwrap().stream,
+                RequestFacts::from_body(body.as_bytes(), None)
+                    .unwrap()
+                    .stream,
                 want,
                 "{body}"
             );
         }
+    }
+
+    /// The output limit in vLLM 0.32's precedence, the sequences a request runs, and the
+    /// prompt estimate over every prompt of a batch and the tool schemas.
+    #[test]
+    fn what_the_engine_runs_not_what_the_client_says_first() {
+        use Route::{Chat, Completions};
+        let mt = |b: &str, r| {
+            RequestFacts::from_body(b.as_bytes(), Some(r))
+                .unwrap()
+                .max_tokens
+        };
+        for (body, chat, completions) in [
+            (
+                r#"{"max_tokens":10,"max_completion_tokens":300}"#,
+                Some(300),
+                Some(10),
+            ),
+            (
+                r#"{"max_completion_tokens":300,"max_tokens":10}"#,
+                Some(300),
+                Some(10),
+            ),
+            (
+                r#"{"max_tokens":10,"max_completion_tokens":null}"#,
+                Some(10),
+                Some(10),
+            ),
+            (
+                r#"{"max_tokens":10,"max_completion_tokens":-1}"#,
+                None,
+                Some(10),
+            ),
+            (r#"{"max_completion_tokens":300}"#, Some(300), Some(16)),
+            (r#"{"max_tokens":null}"#, None, Some(16)),
+            (r#"{}"#, None, Some(16)),
+        ] {
+            assert_eq!(
+                (mt(body, Chat), mt(body, Completions)),
+                (chat, completions),
+                "{body}"
+            );
+        }
+        let seq = |b: &str| {
+            RequestFacts::from_body(b.as_bytes(), None)
+                .unwrap()
+                .sequences
+        };
+        for (body, want) in [
+            (r#"{"prompt":"a"}"#, 1),
+            (r#"{"prompt":"a","n":4}"#, 4),
+            (r#"{"prompt":"a","n":"4"}"#, 4),
+            (r#"{"prompt":"a","n":0}"#, 1),
+            (r#"{"prompt":"a","best_of":3}"#, 3),
+            (r#"{"prompt":"a","n":2,"best_of":3}"#, 3),
+            (r#"{"prompt":["a","b","c"]}"#, 3),
+            (r#"{"prompt":["a","b","c"],"n":2}"#, 6),
+            (r#"{"prompt":[1,2,3]}"#, 1),
+            (r#"{"prompt":[[1,2],[3]]}"#, 2),
+            (r#"{"prompt":[]}"#, 1),
+            (
+                r#"{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}],"n":2}"#,
+                2,
+            ),
+            (r#"{"prompt":["a"],"n":1e30}"#, u64::MAX),
+            (r#"{"prompt":"a","n":"99999999999999999999999"}"#, u64::MAX),
+            (r#"{"prompt":"a","n":-3}"#, 1),
+        ] {
+            assert_eq!(seq(body), want, "{body}");
+        }
+        let est = |b: &str| {
+            RequestFacts::from_body(b.as_bytes(), None)
+                .unwrap()
+                .prompt_tokens_est
+        };
+        // 4 prompts of 8 characters: 32 characters, 8 tokens; the ids of two token prompts.
+        assert_eq!(
+            est(r#"{"prompt":["abcdefgh","abcdefgh","abcdefgh","abcdefgh"]}"#),
+            8
+        );
+        assert_eq!(est(r#"{"prompt":[[1,2,3],[4,5]]}"#), 5);
+        // Tools count their keys too: "type"(4) "function"(8) "function"(8) "name"(4) "f"(1) = 25.
+        assert_eq!(
+            est(r#"{"tools":[{"type":"function","function":{"name":"f"}}]}"#),
+            7
+        );
+        assert_eq!(est(r#"{"functions":[{"name":"abcdefgh"}]}"#), 3);
     }
 
     #[test]
@@ -393,7 +584,7 @@ mod tests {
             (b"{} extra", "not valid JSON"),
             (b"{\"a\":1,}", "not valid JSON"),
         ] {
-            let e = RequestFacts::from_body(b).unwrap_err().0;
+            let e = RequestFacts::from_body(b, None).unwrap_err().0;
             assert!(e.contains(needle), "{:?}: {e}", String::from_utf8_lossy(b));
             assert!(e.contains("line 1"), "{e}");
         }
@@ -423,6 +614,7 @@ mod tests {
             stream: true,
             max_tokens: mt,
             prompt_tokens_est: p,
+            sequences: 1,
         };
         let name = |i: usize| cfg.classes[i].name.as_str();
         assert_eq!(

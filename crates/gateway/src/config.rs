@@ -75,7 +75,7 @@ impl TokenRange {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConcurrencyFile {
-    /// Requests forwarded at once (≥ 1).
+    /// Sequences forwarded at once (≥ 1): a request counts one per prompt of a batch × `n`.
     pub limit: u32,
     /// Requests allowed to wait for a slot; 0 = reject at once when full.
     #[serde(default)]
@@ -179,6 +179,11 @@ pub struct GatewayFile {
     /// Largest request body accepted, bytes (default 4 MiB).
     #[serde(default)]
     pub max_body_bytes: Option<usize>,
+    /// Most client connections open at once (default: half the file descriptors the process
+    /// may open, less a reserve; see [`crate::listen`]). Further connections wait in the
+    /// kernel's accept queue.
+    #[serde(default)]
+    pub max_connections: Option<usize>,
     /// Environment variable holding the API key clients must present.
     #[serde(default)]
     pub api_key_env: Option<String>,
@@ -212,7 +217,7 @@ impl GatewayFile {
 /// Resolved admission settings of one class.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Concurrency {
-    /// Requests forwarded at once.
+    /// Sequences forwarded at once (see [`ConcurrencyFile::limit`]).
     pub limit: usize,
     /// Requests allowed to wait.
     pub queue: usize,
@@ -338,6 +343,8 @@ pub struct GatewayConfig {
     pub timeouts: Timeouts,
     /// Largest request body, bytes.
     pub max_body_bytes: usize,
+    /// `max_connections` as written; `None`: derived from the fd limit at start.
+    pub max_connections: Option<usize>,
     /// Key clients must present (`Authorization: Bearer`), compared in constant time.
     pub api_key: Option<String>,
     /// Key sent to upstreams.
@@ -564,6 +571,12 @@ impl GatewayConfig {
             total: t.total.unwrap_or(d.total),
             drain: t.drain.unwrap_or(d.drain),
         };
+        if file.max_connections == Some(0) {
+            return Err(err(
+                "max_connections",
+                "0 would refuse every connection; expected at least 1".into(),
+            ));
+        }
         let env_key = |field: &str, var: &Option<String>| -> Result<Option<String>, ConfigError> {
             match var {
                 None => Ok(None),
@@ -606,6 +619,7 @@ impl GatewayConfig {
             classes,
             timeouts,
             max_body_bytes: file.max_body_bytes.unwrap_or(4 << 20),
+            max_connections: file.max_connections,
             api_key,
             upstream_api_key,
             forward_headers,

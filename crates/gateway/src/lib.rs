@@ -13,7 +13,7 @@
 //! place), [`upstream`] (upstream connections, driven in the client's task), [`body`] (the
 //! measured pass-through), [`sse`] (reading the stream for measurement), [`metrics`]
 //! (Prometheus export), [`error`] (OpenAI-shaped errors), [`drain`] (ending open streams at
-//! shutdown).
+//! shutdown), [`listen`] (fd limit, connection cap, accept back-off).
 //!
 //! ```no_run
 //! # async fn run() -> anyhow::Result<()> {
@@ -32,6 +32,7 @@ pub mod config;
 pub mod drain;
 pub mod error;
 pub mod ids;
+pub mod listen;
 pub mod metrics;
 pub mod path;
 pub mod proxy;

@@ -9,7 +9,7 @@
 //! | `headroom_gateway_queue_seconds` | histogram | class, tenant | time waiting for an admission slot in the gateway, per request that asked for one except queue-full refusals (see [`QueueWait`]) |
 //! | `headroom_gateway_overhead_seconds` | histogram | class, tenant | time the gateway itself adds before the first byte (see [`ClassMetrics::overhead`]) |
 //! | `headroom_gateway_requests_total` | counter | class, tenant, outcome | finished requests by [`GatewayOutcome`] |
-//! | `headroom_gateway_in_flight` | gauge | class | requests holding an admission slot |
+//! | `headroom_gateway_in_flight` | gauge | class | sequences holding admission slots (a request holds one per prompt × `n`) |
 //! | `headroom_gateway_queued` | gauge | class | requests waiting for one |
 //! | `headroom_gateway_invalid_requests_total` | counter | reason | requests refused before classification |
 //!
@@ -379,7 +379,7 @@ impl Metrics {
         let in_flight = Family::<[(&'static str, String); 1], Gauge>::default();
         registry.register(
             "headroom_gateway_in_flight",
-            "Requests holding an admission slot",
+            "Sequences holding admission slots (one per prompt of a batch × n)",
             in_flight.clone(),
         );
         let queued = Family::<[(&'static str, String); 1], Gauge>::default();

@@ -31,6 +31,7 @@ use crate::config::{GatewayConfig, Route, Upstream, is_hop_by_hop};
 use crate::drain::Drain;
 use crate::error::error_json;
 use crate::ids;
+use crate::listen;
 use crate::metrics::{CONTENT_TYPE, ClassMetrics, GatewayOutcome, InvalidReason, Metrics};
 use crate::path::{self, Canonical};
 use crate::upstream::{Conns, UpstreamBody, UpstreamError};
@@ -48,7 +49,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -236,7 +237,7 @@ impl Gateway {
                 .forward_plain(&parts, &target, body, corr, accepted)
                 .await;
         };
-        let facts = match RequestFacts::from_body(&body) {
+        let facts = match RequestFacts::from_body(&body, Some(route)) {
             Ok(f) => f,
             Err(e) => {
                 self.metrics.invalid(InvalidReason::MalformedJson);
@@ -261,7 +262,7 @@ impl Gateway {
             Some(l) => {
                 // Observed however the wait ends, a client leaving the queue included.
                 let wait = m.queue_wait();
-                match l.admit().await {
+                match l.admit(facts.sequences).await {
                     Ok((slot, waited)) => {
                         wait.admitted(waited);
                         (slot, waited)
@@ -269,10 +270,17 @@ impl Gateway {
                     Err(r) => {
                         match r {
                             Refusal::QueueTimeout { waited, .. } => wait.timed_out(waited),
-                            Refusal::QueueFull { .. } => wait.queue_full(),
+                            // Neither waited.
+                            Refusal::QueueFull { .. } | Refusal::TooWide { .. } => {
+                                wait.queue_full();
+                            }
                         }
                         gone.disarm();
-                        m.outcome(GatewayOutcome::Rejected);
+                        m.outcome(match r {
+                            // The client's request can never fit: its fault, not the budget's.
+                            Refusal::TooWide { .. } => GatewayOutcome::InvalidRequest,
+                            _ => GatewayOutcome::Rejected,
+                        });
                         return refusal(r, &self.cfg.classes[class].name);
                     }
                 }
@@ -515,8 +523,8 @@ impl Gateway {
         corr: &Correlation,
         accepted: Instant,
     ) -> Response<ProxyBody> {
-        let stream =
-            parts.method == Method::GET || RequestFacts::from_body(&body).is_ok_and(|f| f.stream);
+        let stream = parts.method == Method::GET
+            || RequestFacts::from_body(&body, None).is_ok_and(|f| f.stream);
         let head_within = self.head_within(stream, accepted);
         match self
             .forward(
@@ -695,6 +703,14 @@ pub fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
 
 fn refusal(r: Refusal, class: &str) -> Response<ProxyBody> {
     let (status, secs, msg) = match r {
+        Refusal::TooWide { limit, sequences } => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "the request runs {sequences} sequences (prompts × n); class `{class}` admits at most {limit} at once: send fewer prompts or a smaller n per request"
+                ),
+            );
+        }
         Refusal::QueueFull { retry_after_s } => (
             StatusCode::TOO_MANY_REQUESTS,
             retry_after_s,
@@ -723,6 +739,8 @@ fn refusal(r: Refusal, class: &str) -> Response<ProxyBody> {
 pub struct GatewayHandle {
     /// Bound listen address.
     pub addr: SocketAddr,
+    /// Client connections served at once (`max_connections`, or derived from the fd limit).
+    pub max_connections: usize,
     /// The shared state (metrics, configuration).
     pub gateway: Arc<Gateway>,
     stop: watch::Sender<bool>,
@@ -746,7 +764,8 @@ impl GatewayHandle {
     }
 }
 
-/// Binds `cfg.listen` and serves on the current tokio runtime; returns at once.
+/// Binds `cfg.listen` and serves on the current tokio runtime; returns at once. Raises the
+/// process's soft fd limit to its hard limit first ([`listen::raise_fd_limit`]).
 ///
 /// # Errors
 /// The listener cannot be bound (the address is in the message).
@@ -755,12 +774,19 @@ pub async fn start(cfg: GatewayConfig) -> std::io::Result<GatewayHandle> {
         std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen))
     })?;
     let addr = listener.local_addr()?;
+    let fd_limit = listen::raise_fd_limit();
+    let max_connections = cfg
+        .max_connections
+        .unwrap_or_else(|| listen::default_max_connections(fd_limit))
+        .min(Semaphore::MAX_PERMITS);
     let gateway = Arc::new(Gateway::new(cfg));
     let (stop, stop_rx) = watch::channel(false);
     let gw = gateway.clone();
-    let task = tokio::spawn(accept_loop(listener, gw, stop_rx));
+    let cap = Arc::new(Semaphore::new(max_connections));
+    let task = tokio::spawn(accept_loop(listener, gw, cap, stop_rx));
     Ok(GatewayHandle {
         addr,
+        max_connections,
         gateway,
         stop,
         task,
@@ -772,41 +798,73 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-async fn accept_loop(listener: TcpListener, gw: Arc<Gateway>, mut stop: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    gw: Arc<Gateway>,
+    cap: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+) {
     let header_read = gw.cfg.timeouts.header_read;
     let drain = gw.cfg.timeouts.drain;
     let mut conns = tokio::task::JoinSet::new();
+    let mut backoff = listen::Backoff::default();
     loop {
-        tokio::select! {
-            r = listener.accept() => {
-                let Ok((tcp, _)) = r else { continue };
-                let _ = tcp.set_nodelay(true);
-                let gw = gw.clone();
-                let mut stop = stop.clone();
-                conns.spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let gw = gw.clone();
-                        async move { Ok::<_, Infallible>(gw.handle(req).await) }
-                    });
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(header_read)
-                        .serve_connection(TokioIo::new(tcp), svc);
-                    tokio::pin!(conn);
-                    tokio::select! {
-                        _ = conn.as_mut() => {}
-                        () = stopped(&mut stop) => {
-                            // Idle keep-alive connections close now; one with a request in
-                            // flight closes once its response is done.
-                            conn.as_mut().graceful_shutdown();
-                            let _ = tokio::time::timeout(drain + DRAIN_TAIL, conn).await;
-                        }
-                    }
-                });
-            }
+        // Room under the connection cap first: past it, clients wait in the accept queue.
+        let permit = tokio::select! {
+            p = cap.clone().acquire_owned() => p.expect("the connection cap is never closed"),
             () = stopped(&mut stop) => break,
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let tcp = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((tcp, _)) => {
+                    backoff.reset();
+                    tcp
+                }
+                Err(e) if listen::is_connection_error(&e) => continue,
+                Err(e) => {
+                    let (pause, first) = backoff.fail();
+                    if first {
+                        eprintln!(
+                            "headroom gateway: accept failed: {e}; retrying with back-off up to {} s ({} connections open; raise the fd limit or lower max_connections)",
+                            listen::Backoff::MAX.as_secs(),
+                            conns.len()
+                        );
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = stopped(&mut stop) => break,
+                    }
+                    continue;
+                }
+            },
+            () = stopped(&mut stop) => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let _ = tcp.set_nodelay(true);
+        let gw = gw.clone();
+        let mut stop = stop.clone();
+        conns.spawn(async move {
+            let _permit = permit;
+            let svc = hyper::service::service_fn(move |req| {
+                let gw = gw.clone();
+                async move { Ok::<_, Infallible>(gw.handle(req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read)
+                .serve_connection(TokioIo::new(tcp), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = stopped(&mut stop) => {
+                    // Idle keep-alive connections close now; one with a request in
+                    // flight closes once its response is done.
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(drain + DRAIN_TAIL, conn).await;
+                }
+            }
+        });
     }
     drop(listener);
     let ended = Instant::now() + drain;

@@ -680,16 +680,7 @@ async fn a_client_leaving_the_queue_frees_its_place() {
     )
     .await;
     let addr = gw.addr;
-    let holder = tokio::spawn(async move {
-        call(
-            addr,
-            "POST",
-            "/v1/completions",
-            &completion_body("hold", 150),
-            &[],
-        )
-        .await
-    });
+    let holder = hold(addr, 150);
     tokio::time::sleep(Duration::from_millis(300)).await;
     // A second client queues, then hangs up.
     let body = completion_body("leave", 2);

@@ -177,6 +177,21 @@ pub fn completion_body(prompt: &str, max_tokens: u32) -> String {
     .to_string()
 }
 
+/// Starts a streaming completion of `tokens` tokens (`ignore_eos`) that holds an admission
+/// slot while it runs.
+pub fn hold(addr: SocketAddr, tokens: u32) -> tokio::task::JoinHandle<Answer> {
+    tokio::spawn(async move {
+        call(
+            addr,
+            "POST",
+            "/v1/completions",
+            &completion_body("hold", tokens),
+            &[],
+        )
+        .await
+    })
+}
+
 /// What [`fill_one_slot`] started and saw.
 pub struct Filled {
     /// The request holding the slot, still streaming.
@@ -192,16 +207,7 @@ pub struct Filled {
 /// the slot, a second request waits in the queue until its timeout, and a third, sent while
 /// the second waits, finds the queue full.
 pub async fn fill_one_slot(addr: SocketAddr, hold_tokens: u32) -> Filled {
-    let holder = tokio::spawn(async move {
-        call(
-            addr,
-            "POST",
-            "/v1/completions",
-            &completion_body("hold", hold_tokens),
-            &[],
-        )
-        .await
-    });
+    let holder = hold(addr, hold_tokens);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let waiter = tokio::spawn(async move {
         let t0 = std::time::Instant::now();
