@@ -36,6 +36,68 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// Characters of an input line an error message may quote ([`excerpt`]).
+pub const EXCERPT_CHARS: usize = 60;
+
+/// A short, redacted excerpt of an input line for an error message: at most [`EXCERPT_CHARS`]
+/// characters, control characters shown as `?`, and every run of 8 or more characters that mixes
+/// letters with digits or symbols and contains no space (API keys, password hashes, tokens) shown
+/// as `[N chars]`. A file an error quotes may not be what it claims to be (a link to
+/// `/etc/shadow` or to a key file planted in a run directory), so no error repeats raw input.
+pub fn excerpt(line: &str) -> String {
+    let secretish = |w: &str| {
+        let n = w.chars().count();
+        let digits = w.chars().any(|c| c.is_ascii_digit());
+        let letters = w.chars().any(char::is_alphabetic);
+        let symbols = w.chars().any(|c| "$/+".contains(c));
+        n >= 8 && letters && (digits || symbols)
+    };
+    let mut out = String::new();
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if secretish(word) {
+            out.push_str(&format!("[{} chars]", word.chars().count()));
+        } else {
+            out.push_str(word);
+        }
+        word.clear();
+    };
+    // Words end at spaces, quotes, separators of YAML, metrics and passwd lines.
+    for c in line.chars() {
+        if c.is_whitespace() || "\"'{},:=;".contains(c) {
+            flush(&mut word, &mut out);
+            out.push(if c.is_control() { '?' } else { c });
+        } else {
+            word.push(if c.is_control() { '?' } else { c });
+        }
+    }
+    flush(&mut word, &mut out);
+    match out.char_indices().nth(EXCERPT_CHARS) {
+        Some((i, _)) => format!("{}…", &out[..i]),
+        None => out,
+    }
+}
+
+#[cfg(test)]
+mod excerpt_tests {
+    use super::excerpt;
+
+    #[test]
+    fn secrets_and_long_lines_are_not_repeated() {
+        let shadow = "root:$6$rOunDs$Qk3Jf8sLmN0pQrStUvWxYz1234567890abcdefghij:19000:0:99999:7:::";
+        let e = excerpt(shadow);
+        assert!(e.starts_with("root:[") && !e.contains("Qk3J"), "{e}");
+        let e = excerpt("OPENAI_API_KEY=sk-proj-4f9a8b7c6d5e4f3a2b1c");
+        assert!(!e.contains("4f9a8b"), "{e}");
+        let e = excerpt("  threshold: -5");
+        assert_eq!(e, "  threshold: -5");
+        let e = excerpt(r#"vllm:num_requests_running{model_name="tiny"} 3"#);
+        assert_eq!(e, r#"vllm:num_requests_running{model_name="tiny"} 3"#);
+        assert!(excerpt(&"word ".repeat(100)).chars().count() <= super::EXCERPT_CHARS + 1);
+        assert_eq!(excerpt("a\u{1b}[2Jb"), "a?[2Jb");
+    }
+}
+
 #[cfg(test)]
 mod error_chain_tests {
     #[derive(Debug)]

@@ -26,7 +26,8 @@ pub struct YamlError {
     pub location: Option<(u64, u64)>,
     /// What was wrong and what was expected, without the location.
     pub message: String,
-    /// The offending source line, when known.
+    /// The offending source line, when known, as a short redacted excerpt
+    /// ([`crate::excerpt`]).
     pub source_line: Option<String>,
 }
 
@@ -75,9 +76,10 @@ impl YamlError {
             location,
             message: message.into(),
             source_line: location.and_then(|(l, _)| {
+                // Short and redacted: the file may be a link to a secret (crate::excerpt).
                 text.lines()
                     .nth(usize::try_from(l - 1).ok()?)
-                    .map(|s| s.trim_end().to_string())
+                    .map(|s| crate::excerpt(s.trim_end()))
             }),
         }
     }

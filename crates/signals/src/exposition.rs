@@ -343,7 +343,8 @@ pub struct Exposition {
 /// Why a body could not be parsed. `line` is 1-based.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
-    /// A line is malformed; `excerpt` holds its first 120 characters.
+    /// A line is malformed; `excerpt` holds a short redacted excerpt of it
+    /// ([`headroom_core::excerpt`]).
     #[error("line {line}: {message} (in `{excerpt}`)")]
     Syntax {
         /// 1-based line number.
@@ -467,7 +468,8 @@ struct Parser<'l> {
 }
 
 fn syntax(line: usize, text: &str, message: impl Into<String>) -> ParseError {
-    let excerpt: String = text.chars().take(120).collect();
+    // Short and redacted: a "scrape" may be a link to a secret file.
+    let excerpt = headroom_core::excerpt(text);
     ParseError::Syntax {
         line,
         message: message.into(),
