@@ -3,7 +3,8 @@
 //! it needs, so a rule can never fire on a missing number.
 
 use headroom_signals::adapter::GpuField;
-use headroom_signals::{Quantile, Signal, Window};
+use headroom_signals::window::OCCUPANCY_GAUGES;
+use headroom_signals::{GaugeValidity, Quantile, Signal, Window};
 
 /// Derived figures over one window. Times in seconds, ratios 0–1, counts as f64.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -70,6 +71,21 @@ pub struct Facts {
     pub waiting_mean: Option<f64>,
     /// Waiting for capacity (slot or KV), max over scrapes.
     pub waiting_capacity_max: Option<f64>,
+    /// Occupancy gauges whose every sample read 0 while the counters show work
+    /// ([`headroom_signals::GaugeValidity::IdleSampled`]): the scrapes fell on idle moments.
+    /// Their figures above (`kv_usage_*`, `running_*`, `waiting_*`) are `None`, so no rule can
+    /// cite them; occupancy then comes from the counters (`*_from_counters`).
+    pub idle_gauges: Vec<Signal>,
+    /// Mean requests running over the window by Little's law, Δ`_sum` of
+    /// `vllm:request_inference_time_seconds` / window s
+    /// ([`Window::running_mean_from_counters`]).
+    pub running_mean_from_counters: Option<f64>,
+    /// Mean requests waiting over the window by Little's law, Δ`_sum` of
+    /// `vllm:request_queue_time_seconds` / window s ([`Window::waiting_mean_from_counters`]).
+    pub waiting_mean_from_counters: Option<f64>,
+    /// Whether the server runs with prefix caching (`vllm:cache_config_info`
+    /// `enable_prefix_caching`); `None` when not exported.
+    pub prefix_caching: Option<bool>,
     /// KV pool size in tokens: vLLM's `kv_cache_size_tokens` (`cache_config_info`, mid-2026
     /// builds; the "GPU KV cache size" of its start-up log) when exported, else
     /// `num_gpu_blocks × block_size`. vLLM 0.32 reports the two equal (24 × 128 = 3072).
@@ -98,6 +114,12 @@ pub struct Facts {
     pub gen_len_mean: Option<f64>,
     /// Mean `max_tokens` parameter.
     pub max_tokens_mean: Option<f64>,
+    /// The most tokens one engine step carried, at most (`vllm:iteration_tokens_total`: the
+    /// bound of the lowest bucket that holds every step).
+    pub iteration_tokens_max_upper: Option<f64>,
+    /// The longest prompt, at least (`vllm:request_prompt_tokens`: the lower bound of the
+    /// highest bucket holding any).
+    pub prompt_len_max_lower: Option<f64>,
     /// Prompt tokens over the window.
     pub prompt_tokens: Option<f64>,
     /// Generated tokens over the window.
@@ -137,6 +159,19 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 fn hist_mean(w: &Window, s: Signal) -> Option<f64> {
     w.histogram(s).and_then(|h| h.mean())
+}
+
+/// The largest observation's bracket `(lower, upper)` from the buckets: it lies above the
+/// bound below the highest bucket holding any observation and at most that bucket's bound.
+fn max_bracket(w: &Window, s: Signal) -> Option<(f64, f64)> {
+    let h = w.histogram(s)?;
+    let total = h.observations();
+    if total.is_nan() || total <= 0.0 {
+        return None;
+    }
+    let i = h.buckets.iter().position(|b| b.count >= total)?;
+    let lower = if i == 0 { 0.0 } else { h.buckets[i - 1].le };
+    Some((lower, h.buckets[i].le))
 }
 
 /// Clock-event reason bits that mean the GPU was slowed by something other than idleness or an
@@ -183,6 +218,8 @@ impl Facts {
             prompt_len_mean: hist_mean(w, Signal::PromptLength),
             gen_len_mean: hist_mean(w, Signal::GenerationLength),
             max_tokens_mean: hist_mean(w, Signal::MaxTokensParam),
+            iteration_tokens_max_upper: max_bracket(w, Signal::IterationTokens).map(|b| b.1),
+            prompt_len_max_lower: max_bracket(w, Signal::PromptLength).map(|b| b.0),
             prompt_tokens: w.counter(Signal::PromptTokens),
             generation_tokens: w.counter(Signal::GenerationTokens),
             duration_s: w.duration_s(),
@@ -194,21 +231,31 @@ impl Facts {
         f.decode_share_of_inference = ratio(f.decode_mean_s, f.inference_mean_s);
         f.queue_share_of_e2e = ratio(f.queue_mean_s, f.e2e_mean_s);
         f.preemptions_per_request = ratio(f.preemptions, f.finished);
-        if let Some(g) = w.gauge(Signal::KvCacheUsage) {
+        f.idle_gauges = OCCUPANCY_GAUGES
+            .into_iter()
+            .filter(|s| w.gauge_validity(*s) == Some(GaugeValidity::IdleSampled))
+            .collect();
+        // An idle-sampled gauge is no figure of the window: left out here, it can be neither
+        // evidence nor a reason to withhold a finding.
+        let gauge = |s: Signal| w.gauge(s).filter(|_| !f.idle_gauges.contains(&s)).copied();
+        if let Some(g) = gauge(Signal::KvCacheUsage) {
             f.kv_usage_max = Some(g.max);
             f.kv_usage_mean = Some(g.mean);
             f.gauge_samples = g.samples;
         }
-        if let Some(g) = w.gauge(Signal::Running) {
+        if let Some(g) = gauge(Signal::Running) {
             f.running_max = Some(g.max);
             f.running_mean = Some(g.mean);
             f.gauge_samples = f.gauge_samples.max(g.samples);
         }
-        if let Some(g) = w.gauge(Signal::Waiting) {
+        if let Some(g) = gauge(Signal::Waiting) {
             f.waiting_max = Some(g.max);
             f.waiting_mean = Some(g.mean);
         }
-        f.waiting_capacity_max = w.gauge(Signal::WaitingForCapacity).map(|g| g.max);
+        f.waiting_capacity_max = gauge(Signal::WaitingForCapacity).map(|g| g.max);
+        f.running_mean_from_counters = w.running_mean_from_counters();
+        f.waiting_mean_from_counters = w.waiting_mean_from_counters();
+        f.prefix_caching = w.kv_pool.prefix_caching;
         f.kv_pool_tokens =
             w.kv_pool
                 .size_tokens

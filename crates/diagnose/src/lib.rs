@@ -13,13 +13,15 @@
 //! client's own objective results are the record, and the server's are used only for objectives
 //! the client cannot measure.
 
+mod bounds;
 pub mod facts;
+mod rank;
 pub mod rules;
 pub mod setting;
 mod steps;
 
 use headroom_core::run::{ClientHealth, ObjectiveResult};
-use headroom_core::stats::min_samples_for_percentile;
+use headroom_core::stats::{Decision, decide, min_samples_for_percentile};
 use headroom_core::verdict::{Confidence, Finding};
 use headroom_core::{LatencySignal, Objective, SloSpec, Verdict};
 use headroom_signals::{Engine, Signal, Window};
@@ -158,7 +160,8 @@ pub struct Assessment {
     pub objectives: Vec<ObjectiveResult>,
     /// The six steps.
     pub steps: Vec<Step>,
-    /// Decision-table findings, in table order (bottlenecks first).
+    /// Decision-table findings, the one that explains most of the failing (or closest)
+    /// objective first (`rank`); low-confidence workload observations are in `notes` instead.
     pub findings: Vec<RuledFinding>,
     /// Anything else (counter resets, missing metrics, version hint).
     pub notes: Vec<String>,
@@ -321,7 +324,7 @@ pub fn assess_with(
                     id: rule.id.to_owned(),
                     title: rule.title.to_owned(),
                     bottleneck: rule.bottleneck.to_owned(),
-                    action: rule.action.to_owned(),
+                    action: m.action.map_or(rule.action, |a| a.text).to_owned(),
                     trade_off: rule.trade_off.to_owned(),
                     evidence: m.evidence,
                     confidence,
@@ -331,6 +334,8 @@ pub fn assess_with(
             });
         }
     }
+    let (findings, demoted) = rank::rank(findings, &objectives, &facts);
+    notes.extend(demoted);
     Assessment {
         verdict,
         refused,
@@ -469,13 +474,42 @@ fn latency_objective(
         0
     };
     let need = min_samples_for_percentile(percentile);
-    let q = h.quantile(percentile / 100.0);
+    // Bounded by _sum and by the phases the signal is part of (`bounds`): a queue-time p95 is
+    // never shown above the TTFT p95, nor at a bucket edge the sum rules out.
+    let bounded = bounds::quantile(w, sig, percentile / 100.0);
+    let q = bounded.map(|b| b.q);
     // In the first bucket only "≤ le₀" is known: report the bound, never PromQL's interpolation.
     let observed = q.map(|q| q.reported());
-    let bracket = q
-        .map(|q| format!("between {} and {} s", q.lower, q.upper))
+    let bracket = bounded
+        .map(|b| format!("between {} and {} s{}", b.q.lower, b.q.upper, b.why(w)))
         .unwrap_or_default();
+    let allowed = 1.0 - percentile / 100.0;
+    // Bucket counts and _sum bound the share above the threshold even inside a bucket.
+    let bad_share = h
+        .fraction_le_bounded(threshold_s)
+        .map(|(_, lo, hi)| (1.0 - hi, 1.0 - lo));
     if samples < need {
+        // A breach the counts already prove needs no minimum (the sweep's rule: the bad share's
+        // 95 % Wilson interval lies above the allowed share even at its lowest).
+        if let Some((bad_lo, _)) = bad_share {
+            let bad = (bad_lo * samples as f64 - 1e-9).ceil().max(0.0) as u64;
+            if decide(bad, samples, allowed) == Decision::BreachCertain {
+                return ObjectiveResult::new(
+                    o,
+                    threshold_s,
+                    observed,
+                    Verdict::Fail,
+                    samples,
+                    format!(
+                        "server-side ({metric}), breached: at least {bad} of {samples} observations above {threshold_s} s (allowed {:.2} %), a breach certain at 95 % with fewer than the {need} observations p{percentile} needs; p{percentile} ≈ {} s, {bracket}",
+                        allowed * 100.0,
+                        observed
+                            .map(|v| format!("{v:.4}"))
+                            .unwrap_or_else(|| "?".into()),
+                    ),
+                );
+            }
+        }
         return ObjectiveResult::new(
             o,
             threshold_s,
@@ -495,6 +529,7 @@ fn latency_objective(
     }
     if let Some(q) = q.filter(|q| q.upper_bound_only) {
         let le0 = q.upper;
+        let proven = bad_share.filter(|(lo, hi)| *hi <= allowed + 1e-12 || *lo > allowed + 1e-12);
         let (verdict, why) = if le0 <= threshold_s {
             (
                 Verdict::Pass,
@@ -502,11 +537,30 @@ fn latency_objective(
                     "holds: {UPPER_BOUND_ONLY} {le0} s, which does not exceed the threshold (a value equal to it meets it, as Prometheus' le does)"
                 ),
             )
+        } else if let Some((lo, hi)) = proven {
+            let share = format!("{:.2}–{:.2} %", lo * 100.0, hi * 100.0);
+            if hi <= allowed + 1e-12 {
+                (
+                    Verdict::Pass,
+                    format!(
+                        "holds: {UPPER_BOUND_ONLY} {le0} s; _sum/_count put {share} of the observations above the threshold {threshold_s} s (allowed {:.2} %)",
+                        allowed * 100.0
+                    ),
+                )
+            } else {
+                (
+                    Verdict::Fail,
+                    format!(
+                        "breached: {UPPER_BOUND_ONLY} {le0} s; _sum/_count put {share} of the observations above the threshold {threshold_s} s (allowed {:.2} %)",
+                        allowed * 100.0
+                    ),
+                )
+            }
         } else {
             (
                 Verdict::Inconclusive,
                 format!(
-                    "undecided: {UPPER_BOUND_ONLY} {le0} s; the first bucket [0, {le0}] s is wider than the threshold {threshold_s} s, so the histogram cannot tell"
+                    "undecided: {UPPER_BOUND_ONLY} {le0} s; the first bucket's bound is above the threshold {threshold_s} s and _sum/_count do not settle it, so the histogram cannot tell"
                 ),
             )
         };
@@ -521,8 +575,7 @@ fn latency_objective(
             ),
         );
     }
-    let allowed = 1.0 - percentile / 100.0;
-    let Some((_, lo, hi)) = h.fraction_le(threshold_s) else {
+    let Some((bad_lo, bad_hi)) = bad_share else {
         return ObjectiveResult::new(
             o,
             threshold_s,
@@ -532,7 +585,6 @@ fn latency_objective(
             format!("server-side ({metric}): histogram has no +Inf bucket"),
         );
     };
-    let (bad_lo, bad_hi) = (1.0 - hi, 1.0 - lo);
     // Exact when the threshold is a bucket bound; a range when it falls inside a bucket.
     let share = if (bad_hi - bad_lo).abs() < 5e-5 {
         format!("{:.2} %", bad_lo * 100.0)

@@ -104,6 +104,101 @@ pub struct Match {
     pub confidence: Confidence,
     /// The figures.
     pub evidence: Vec<Evidence>,
+    /// The action the evidence calls for when it is not the row's own ([`Rule::action`]): one
+    /// of the row's [`Rule::variants`], chosen by the figures (a larger token budget where the
+    /// budget already splits prompts, not a smaller one).
+    pub action: Option<&'static Action>,
+}
+
+/// What a first action is expected to do to an objective's metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dir {
+    /// The metric goes down (better for a latency or error objective).
+    Lowers,
+    /// The metric goes up (worse for a latency or error objective).
+    Raises,
+}
+
+/// The objective metric an action moves, by objective id prefix (`ttft_p95` → [`Target::Ttft`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// Queue time (`queue_time_*` objectives).
+    Queue,
+    /// TTFT.
+    Ttft,
+    /// ITL.
+    Itl,
+    /// TPOT.
+    Tpot,
+    /// E2E.
+    E2e,
+    /// Errors + aborts (`error_rate`).
+    Errors,
+}
+
+impl Target {
+    /// The target an objective id is about (`None` for an unknown kind).
+    pub fn of_objective(id: &str) -> Option<Target> {
+        [
+            ("queue_time", Target::Queue),
+            ("ttft", Target::Ttft),
+            ("itl", Target::Itl),
+            ("tpot", Target::Tpot),
+            ("e2e", Target::E2e),
+            ("error", Target::Errors),
+        ]
+        .into_iter()
+        .find(|(p, _)| id.starts_with(p))
+        .map(|(_, t)| t)
+    }
+}
+
+/// One declared effect of an action: `dir` on `target`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Move {
+    /// Which objective metric.
+    pub target: Target,
+    /// Which way.
+    pub dir: Dir,
+}
+
+const fn lowers(target: Target) -> Move {
+    Move {
+        target,
+        dir: Dir::Lowers,
+    }
+}
+
+const fn raises(target: Target) -> Move {
+    Move {
+        target,
+        dir: Dir::Raises,
+    }
+}
+
+/// A first action with its declared effects, so a test can check that no finding advises what
+/// would worsen an objective that fails.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Action {
+    /// The action in words.
+    pub text: &'static str,
+    /// Its expected effects on objective metrics (the main ones, not every second-order one).
+    pub moves: &'static [Move],
+}
+
+/// The declared effects of a finding's action: the row's own ([`Rule::moves`]) or the variant
+/// whose text it carries; `None` for an unknown id or text.
+pub fn moves_of(id: &str, action: &str) -> Option<&'static [Move]> {
+    let r = RULES.iter().find(|r| r.id == id)?;
+    if r.action == action {
+        return Some(r.moves);
+    }
+    r.variants
+        .iter()
+        .find(|v| v.text == action)
+        .map(|v| v.moves)
 }
 
 /// One row of the decision table.
@@ -120,6 +215,10 @@ pub struct Rule {
     pub bottleneck: &'static str,
     /// First corrective action to test.
     pub action: &'static str,
+    /// Declared effects of `action` on objective metrics.
+    pub moves: &'static [Move],
+    /// Other actions the evidence may call for instead ([`Match::action`]).
+    pub variants: &'static [&'static Action],
     /// What the action costs.
     pub trade_off: &'static str,
     /// Metrics to watch after the change.
@@ -216,6 +315,48 @@ fn margin(o: &ObjectiveResult, share: f64, rest: &str) -> Evidence {
     )
 }
 
+/// Prefill contention with ITL spikes while TTFT has room: smaller chunks interleave decode.
+pub const PREFILL_SMALLER_CHUNKS: Action = Action {
+    text: "enable chunked prefill with a smaller --max-num-batched-tokens, so that decode steps interleave with long prefills instead of stalling behind them (the ITL spikes shrink; TTFT, which has room, grows a little)",
+    moves: &[lowers(Target::Itl), raises(Target::Ttft)],
+};
+
+/// Prefill contention where the per-step token budget already splits prompts into chunks and
+/// TTFT fails: a smaller budget would split them further.
+pub const PREFILL_LARGER_BUDGET: Action = Action {
+    text: "raise --max-num-batched-tokens: no step carried more tokens than the longest prompts need, so each long prompt is prefilled over several steps and its first token waits for all of them; a larger budget prefills it in fewer steps (ITL, which is not failing, grows a little); prefix caching for shared prefixes and a separate pool for long-context traffic help too",
+    moves: &[lowers(Target::Ttft), raises(Target::Itl)],
+};
+
+/// Decode capacity while queueing (or TTFT) fails too: a smaller batch would lengthen the queue.
+pub const DECODE_FASTER_NOT_SMALLER: Action = Action {
+    text: "make each decode step faster: quantise the weights (FP8/INT4) or use a GPU with more memory bandwidth, and add replicas for the queue; shrinking the batch (--max-num-seqs) would shorten decode steps but lengthen the queue, which is failing too",
+    moves: &[
+        lowers(Target::Itl),
+        lowers(Target::Tpot),
+        lowers(Target::Queue),
+        lowers(Target::Ttft),
+    ],
+};
+
+/// Truncation while an E2E objective fails: longer answers would make it fail further.
+pub const TRUNCATION_WHILE_E2E_FAILS: Action = Action {
+    text: "keep max_tokens for now: longer answers would lengthen E2E, which already fails; raise it for this class once E2E has room, if full answers are needed",
+    moves: &[],
+};
+
+/// Low prefix reuse with prefix caching on (`cache_config_info`).
+pub const PREFIX_CACHING_ON: Action = Action {
+    text: "prefix caching is on (vllm:cache_config_info enable_prefix_caching=True), so the prompts themselves share little at their start: put shared system prompts and documents first and keep them byte-identical; route same-prefix traffic to the same replica",
+    moves: &[lowers(Target::Ttft)],
+};
+
+/// Low prefix reuse with prefix caching off (`cache_config_info`).
+pub const PREFIX_CACHING_OFF: Action = Action {
+    text: "start the server with --enable-prefix-caching (vllm:cache_config_info says enable_prefix_caching=False); put shared system prompts and documents first and keep them byte-identical",
+    moves: &[lowers(Target::Ttft)],
+};
+
 /// The table, in evaluation order (bottlenecks first, advice last).
 pub const RULES: &[Rule] = &[
     Rule {
@@ -225,6 +366,12 @@ pub const RULES: &[Rule] = &[
         condition: "preemptions > 0 over the window (≥ 0.01 per finished request), or KV-cache usage max ≥ 0.95 with requests waiting for capacity",
         bottleneck: "KV-cache capacity: the paged KV pool cannot hold the running batch, so the scheduler preempts and recomputes requests",
         action: "give the KV cache more room: raise --gpu-memory-utilization, use an FP8 KV cache (--kv-cache-dtype fp8), or lower --max-num-seqs / --max-model-len; add GPUs (tensor parallel) if none of these suffice",
+        moves: &[
+            lowers(Target::Queue),
+            lowers(Target::Ttft),
+            lowers(Target::E2e),
+        ],
+        variants: &[],
         trade_off: "more KV memory leaves less for activations/CUDA graphs; FP8 KV may cost a little accuracy; fewer sequences lower peak throughput",
         watch: &[
             "vllm:num_preemptions_total",
@@ -246,7 +393,9 @@ pub const RULES: &[Rule] = &[
         category: Category::Bottleneck,
         condition: "prefill ≥ 30 % of server TTFT and ≥ 100 ms mean, and either ITL spikes (ITL p95 ≥ 3 × ITL p50, bucket brackets taken pessimistically: steps carrying prefill chunks stall decode) or a TTFT objective failing with prefill ≥ 50 % of TTFT",
         bottleneck: "prompt processing (prefill) compute: long prompts, or prefill batched against decode",
-        action: "enable chunked prefill with a smaller --max-num-batched-tokens, enable prefix caching for shared prefixes, or separate prefill and decode (disaggregation) for long-context traffic",
+        action: "keep long prompts from holding everyone's first token: enable prefix caching for shared prefixes, give long-context traffic its own pool, or separate prefill and decode (disaggregation); the chunk size (--max-num-batched-tokens) trades TTFT against ITL, so change it only in the direction the failing objective needs",
+        moves: &[lowers(Target::Ttft), lowers(Target::Itl)],
+        variants: &[&PREFILL_SMALLER_CHUNKS, &PREFILL_LARGER_BUDGET],
         trade_off: "smaller prefill chunks lower throughput; disaggregation needs more GPUs and a KV transfer path",
         watch: &[
             "vllm:request_prefill_time_seconds",
@@ -264,6 +413,14 @@ pub const RULES: &[Rule] = &[
         condition: "queue time ≥ 50 % of server TTFT and ≥ 50 ms mean, no preemptions, KV-cache usage max < 0.9 (or unknown), not explained by prefill contention or KV pressure (which fired first), no ITL or TPOT objective failing (a larger batch would break it further: decode capacity and the autoscaling trigger speak then), and, with ≥ 3 scrapes, some requests seen waiting",
         bottleneck: "the scheduler's admission limit (--max-num-seqs / --max-num-batched-tokens) or offered load beyond one replica: requests queue while KV room is left",
         action: "raise --max-num-seqs (and --max-num-batched-tokens) while KV usage and ITL stay within bounds; otherwise add replicas",
+        moves: &[
+            lowers(Target::Queue),
+            lowers(Target::Ttft),
+            lowers(Target::E2e),
+            raises(Target::Itl),
+            raises(Target::Tpot),
+        ],
+        variants: &[],
         trade_off: "a larger batch raises ITL/TPOT for everyone; replicas cost GPUs",
         watch: &[
             "vllm:request_queue_time_seconds",
@@ -288,6 +445,13 @@ pub const RULES: &[Rule] = &[
         condition: "an ITL or TPOT objective fails while decode is ≥ 50 % of running (inference) time",
         bottleneck: "decode step time: batch too large for the GPU's memory bandwidth, or a model too large for the device",
         action: "lower --max-num-seqs to shorten decode steps, or quantise the weights (FP8/INT4) / use a faster GPU; speculative decoding helps at low batch sizes",
+        moves: &[
+            lowers(Target::Itl),
+            lowers(Target::Tpot),
+            raises(Target::Queue),
+            raises(Target::Ttft),
+        ],
+        variants: &[&DECODE_FASTER_NOT_SMALLER],
         trade_off: "smaller batches lower throughput per GPU; quantisation may cost accuracy",
         watch: &[
             "vllm:inter_token_latency_seconds",
@@ -305,6 +469,15 @@ pub const RULES: &[Rule] = &[
         condition: "a non-zero XID, a throttle reason (power cap, HW slowdown, thermal, power brake), violation time > 0, or GPU temperature ≥ 85 °C",
         bottleneck: "the device itself: errors or clocks held down by power or temperature",
         action: "check the node (nvidia-smi -q, dmesg for XID); fix cooling or power capping; drain the GPU if XIDs repeat",
+        moves: &[
+            lowers(Target::Queue),
+            lowers(Target::Ttft),
+            lowers(Target::Itl),
+            lowers(Target::Tpot),
+            lowers(Target::E2e),
+            lowers(Target::Errors),
+        ],
+        variants: &[],
         trade_off: "draining a GPU removes capacity until it is repaired",
         watch: &[
             "DCGM_FI_DEV_XID_ERRORS",
@@ -322,6 +495,12 @@ pub const RULES: &[Rule] = &[
         condition: "an ITL or TPOT objective fails, and GPU engine active ≥ 0.5, DRAM active ≥ 0.5 and tensor-pipe active < 0.2 (means over the window)",
         bottleneck: "HBM bandwidth: decode reads every weight per step",
         action: "quantise before buying hardware (FP8/INT4 weights halve or quarter the bytes read per token); otherwise a GPU with more memory bandwidth",
+        moves: &[
+            lowers(Target::Itl),
+            lowers(Target::Tpot),
+            lowers(Target::E2e),
+        ],
+        variants: &[],
         trade_off: "quantisation may cost accuracy; a larger batch would amortise the reads but raise ITL further, so it is no remedy while an ITL or TPOT objective fails",
         watch: &[
             "DCGM_FI_PROF_DRAM_ACTIVE",
@@ -338,6 +517,12 @@ pub const RULES: &[Rule] = &[
         condition: "at least 2 scrapes, waiting max ≥ 1 while running max ≤ 1",
         bottleneck: "the engine serialises requests (max-num-seqs 1, a client sending one at a time, or an engine without continuous batching)",
         action: "check --max-num-seqs and the client concurrency; use an engine build with continuous batching",
+        moves: &[
+            lowers(Target::Queue),
+            lowers(Target::Ttft),
+            raises(Target::Itl),
+        ],
+        variants: &[],
         trade_off: "none beyond higher ITL once batches form",
         watch: &[
             "vllm:num_requests_running",
@@ -354,6 +539,8 @@ pub const RULES: &[Rule] = &[
         condition: "HTTP 4xx or 5xx responses, or admission rejections, over the window",
         bottleneck: "request validation or admission in the API server (prompt too long, unknown model, queue limit), not the engine",
         action: "read the 4xx/5xx bodies on the client; fix prompt lengths or model names; where vllm:admission_rejections_total rises, raise --max-num-queued-reqs",
+        moves: &[lowers(Target::Errors)],
+        variants: &[],
         trade_off: "a higher queue limit trades rejections for queueing delay",
         watch: &[
             "http_requests_total{status=~\"4xx|5xx\"}",
@@ -369,6 +556,8 @@ pub const RULES: &[Rule] = &[
         condition: "≥ 5 % of finished requests end with finished_reason=length (low confidence when every request ran exactly to max_tokens: a benchmark with ignore_eos looks the same on the server)",
         bottleneck: "the max_tokens cap, not the server: answers are truncated",
         action: "raise max_tokens for this class if full answers are needed (or accept truncation as the product decision it is)",
+        moves: &[raises(Target::E2e)],
+        variants: &[&TRUNCATION_WHILE_E2E_FAILS],
         trade_off: "longer answers hold KV blocks and batch slots longer",
         watch: &[
             "vllm:request_success_total{finished_reason=\"length\"}",
@@ -385,6 +574,8 @@ pub const RULES: &[Rule] = &[
         condition: "≥ 1000 prefix-cache query tokens and hit ratio < 10 %; when the workload spec is known, not if it shares nothing (no class sets shared_prefix_tokens or draws dataset prompts) or its shared prefixes are < 10 % of the mean prompt (the ratio is then low by design); when it is unknown (a live server, scrape files, Prometheus), the finding assumes the traffic shares prefixes",
         bottleneck: "prompts do not share prefixes, or shared parts do not reach the cache as shared: not at the start or not byte-identical, prefix caching off, or cached blocks evicted before reuse",
         action: "put shared system prompts and documents first and keep them byte-identical; check that the server runs with --enable-prefix-caching (vLLM V1's default); route same-prefix traffic to the same replica",
+        moves: &[lowers(Target::Ttft)],
+        variants: &[&PREFIX_CACHING_ON, &PREFIX_CACHING_OFF],
         trade_off: "none on the server; prompt layout changes in the application",
         watch: &[
             "vllm:prefix_cache_hits_total",
@@ -400,6 +591,12 @@ pub const RULES: &[Rule] = &[
         condition: "decode ≥ 80 % of running (inference) time, an ITL, TPOT or E2E objective fails or nearly fails (observed ≥ 80 % of its threshold), and neither decode capacity (it already gives the decode-side action) nor prefill contention (prefill work pays there) fired; on a level where those objectives pass with room, the decode share is a remark in step 1, not a finding",
         bottleneck: "generation length: most of a request's running time is decode, so decode speed sets the objective that is failing or close to it",
         action: "to gain room on this objective, spend the effort on decode (quantisation, speculative decoding, a GPU with more memory bandwidth), not on prefill: chunked prefill or shorter prompts cannot move it much",
+        moves: &[
+            lowers(Target::Itl),
+            lowers(Target::Tpot),
+            lowers(Target::E2e),
+        ],
+        variants: &[],
         trade_off: "quantisation may cost accuracy; speculative decoding needs a draft model and GPU memory",
         watch: &[
             "vllm:request_decode_time_seconds",
@@ -417,6 +614,8 @@ pub const RULES: &[Rule] = &[
         condition: "every objective PASS, GPU engine active ≥ 0.6 (or GPU_UTIL ≥ 80 % without profiling metrics), and no bottleneck or health finding fired (their actions would contradict \"no change needed\")",
         bottleneck: "none at this level",
         action: "no change needed at this level; one window cannot tell whether more load would still pass (a sweep's capacity is the highest level where every objective passes), so watch the objective closest to its threshold (in the evidence) as load grows",
+        moves: &[],
+        variants: &[],
         trade_off: "none",
         watch: &[
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
@@ -433,6 +632,8 @@ pub const RULES: &[Rule] = &[
         condition: "the client reports drift from the workload spec",
         bottleneck: "not a server problem: the measured traffic is not the traffic the SLO was written for",
         action: "re-check the workload spec (prompt/output lengths, mix) before acting on other findings",
+        moves: &[],
+        variants: &[],
         trade_off: "none",
         watch: &[
             "vllm:request_prompt_tokens",
@@ -448,6 +649,12 @@ pub const RULES: &[Rule] = &[
         condition: "admission saturation or KV pressure fired, or decode capacity fired while requests were seen waiting (waiting max ≥ 1): one replica cannot take the load at this ITL",
         bottleneck: "capacity of one replica",
         action: "scale replicas on vllm:num_requests_waiting > 0 sustained, or vllm:kv_cache_usage_perc > 0.9; GPU utilisation reads high at any batch size",
+        moves: &[
+            lowers(Target::Queue),
+            lowers(Target::Ttft),
+            lowers(Target::E2e),
+        ],
+        variants: &[],
         trade_off: "more replicas cost GPUs; scale-up takes minutes (model load)",
         watch: &["vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"],
         inputs: &[],
@@ -460,6 +667,8 @@ pub const RULES: &[Rule] = &[
         condition: "queue time ≥ 10 % of server TTFT and the SLO has no queue_time objective",
         bottleneck: "—",
         action: "add a queue_time objective (e.g. p99 < 100 ms) and alert on it; VRAM use is always near full by design (the KV pool is preallocated)",
+        moves: &[],
+        variants: &[],
         trade_off: "none",
         watch: &["vllm:request_queue_time_seconds"],
         inputs: &[Signal::QueueTime, Signal::Ttft],
@@ -594,6 +803,7 @@ fn kv_pressure(c: &Context<'_>) -> Option<Match> {
         _ => Confidence::High,
     };
     Some(Match {
+        action: None,
         confidence,
         evidence,
     })
@@ -717,6 +927,7 @@ fn admission_saturation(c: &Context<'_>) -> Option<Match> {
         Confidence::Medium
     };
     Some(Match {
+        action: None,
         confidence,
         evidence,
     })
@@ -786,7 +997,35 @@ fn prefill_contention(c: &Context<'_>) -> Option<Match> {
             ),
         ));
     }
+    // The chunk size trades TTFT against ITL: pick the direction the failing objective needs.
+    // Prompts longer than any step's tokens were split over several steps (the budget is
+    // already below them), so a smaller budget would only delay their first token further.
+    let chunked = match (f.prompt_len_max_lower, f.iteration_tokens_max_upper) {
+        (Some(p), Some(i)) => p > i,
+        _ => false,
+    };
+    let action = if spiking && !ttft_fails {
+        Some(&PREFILL_SMALLER_CHUNKS)
+    } else if ttft_fails && chunked && !c.decode_fails() {
+        if let (Some(p), Some(i)) = (f.prompt_len_max_lower, f.iteration_tokens_max_upper) {
+            evidence.push(judged(
+                "vllm:iteration_tokens_total",
+                i,
+                "tokens",
+                Cmp::AtMost(p),
+                "no step carried a whole long prompt: the token budget splits them into chunks",
+                "steps carried whole prompts",
+                format!(
+                    "most tokens in one engine step (bucket bound) against the longest prompt, > {p} tokens (vllm:request_prompt_tokens)"
+                ),
+            ));
+        }
+        Some(&PREFILL_LARGER_BUDGET)
+    } else {
+        None
+    };
     Some(Match {
+        action,
         confidence: if ttft_fails && spiking {
             Confidence::High
         } else {
@@ -829,6 +1068,13 @@ fn decode_capacity(c: &Context<'_>) -> Option<Match> {
             "count",
             "mean over the window's scrapes",
         ));
+    } else if let Some(r) = f.running_mean_from_counters {
+        evidence.push(ev(
+            "running_mean_from_counters",
+            r,
+            "count",
+            "mean running by Little's law: Δ request_inference_time_seconds_sum / window length (the running gauge read 0 at every scrape)",
+        ));
     }
     if let Some(w) = f.waiting_max.filter(|w| *w >= 1.0) {
         evidence.push(judged(
@@ -841,7 +1087,12 @@ fn decode_capacity(c: &Context<'_>) -> Option<Match> {
             "max over the window's scrapes",
         ));
     }
+    // A smaller batch lengthens the queue: where queueing (or the TTFT it feeds) fails too,
+    // the decode-side remedy must not cost queue time.
+    let queue_fails =
+        [c.verdict_of("queue_time"), c.verdict_of("ttft")].contains(&Some(Verdict::Fail));
     Some(Match {
+        action: queue_fails.then_some(&DECODE_FASTER_NOT_SMALLER),
         confidence: Confidence::Medium,
         evidence,
     })
@@ -877,6 +1128,7 @@ fn device_fault(c: &Context<'_>) -> Option<Match> {
         ));
     }
     Some(Match {
+        action: None,
         confidence: if f.gpu_xids.is_empty() {
             Confidence::Medium
         } else {
@@ -899,6 +1151,7 @@ fn memory_bandwidth_bound(c: &Context<'_>) -> Option<Match> {
         return None;
     }
     Some(Match {
+        action: None,
         confidence: Confidence::Medium,
         evidence: vec![
             judged(
@@ -942,6 +1195,7 @@ fn batching_not_working(c: &Context<'_>) -> Option<Match> {
         return None;
     }
     Some(Match {
+        action: None,
         confidence: Confidence::Medium,
         evidence: vec![
             judged(
@@ -1027,6 +1281,7 @@ fn errors_outside_engine(c: &Context<'_>) -> Option<Match> {
         ));
     }
     Some(Match {
+        action: None,
         confidence,
         evidence,
     })
@@ -1082,7 +1337,9 @@ fn truncation(c: &Context<'_>) -> Option<Match> {
     };
     // Every request ending exactly at max_tokens is what a benchmark sending `ignore_eos`
     // produces; the server's metrics cannot tell the two apart.
-    let all_at_cap = share >= 0.999
+    // When the client said how many it sent with ignore_eos, the rest is truncation for sure.
+    let all_at_cap = c.ignore_eos_share.is_none()
+        && share >= 0.999
         && matches!((f.gen_len_mean, f.max_tokens_mean), (Some(g), Some(m)) if m > 0.0 && (g - m).abs() <= 1e-9 * m);
     if all_at_cap {
         evidence.push(ev(
@@ -1092,7 +1349,9 @@ fn truncation(c: &Context<'_>) -> Option<Match> {
             "every request ran exactly to max_tokens: if the client sent ignore_eos (a benchmark), this is by design, not truncation",
         ));
     }
+    let e2e_fails = c.verdict_of("e2e") == Some(Verdict::Fail);
     Some(Match {
+        action: e2e_fails.then_some(&TRUNCATION_WHILE_E2E_FAILS),
         confidence: if all_at_cap {
             Confidence::Low
         } else if share >= 0.2 || at_cap {
@@ -1105,6 +1364,29 @@ fn truncation(c: &Context<'_>) -> Option<Match> {
 }
 
 fn low_prefix_reuse(c: &Context<'_>) -> Option<Match> {
+    let m = low_prefix_reuse_match(c)?;
+    // "Check --enable-prefix-caching" beside a scrape that says it is on would contradict the
+    // scrape: the server's own setting picks the action.
+    let (action, caching) = match c.facts.prefix_caching {
+        Some(true) => (Some(&PREFIX_CACHING_ON), 1.0),
+        Some(false) => (Some(&PREFIX_CACHING_OFF), 0.0),
+        None => return Some(m),
+    };
+    let mut evidence = m.evidence;
+    evidence.push(ev(
+        "vllm:cache_config_info{enable_prefix_caching}",
+        caching,
+        "flag",
+        "1 = the server runs with prefix caching, 0 = without (the scrape's own setting)",
+    ));
+    Some(Match {
+        action,
+        evidence,
+        ..m
+    })
+}
+
+fn low_prefix_reuse_match(c: &Context<'_>) -> Option<Match> {
     let f = c.facts;
     let (q, r) = (f.prefix_queries?, f.prefix_hit_ratio?);
     if q < 1000.0 || r >= 0.1 {
@@ -1133,6 +1415,7 @@ fn low_prefix_reuse(c: &Context<'_>) -> Option<Match> {
     let Some(plan) = c.prefixes else {
         // A live server, scrape files, a Prometheus range: what the traffic shares is unknown.
         return Some(Match {
+            action: None,
             confidence: Confidence::Low,
             evidence: vec![
                 ratio(
@@ -1149,6 +1432,7 @@ fn low_prefix_reuse(c: &Context<'_>) -> Option<Match> {
     }
     if plan.shared_share <= 0.0 {
         return Some(Match {
+            action: None,
             confidence: Confidence::Low,
             evidence: vec![
                 ratio(""),
@@ -1196,6 +1480,7 @@ fn low_prefix_reuse(c: &Context<'_>) -> Option<Match> {
         ));
     }
     Some(Match {
+        action: None,
         confidence: if ceiling.is_some() {
             Confidence::Medium
         } else {
@@ -1224,6 +1509,16 @@ fn decode_dominated(c: &Context<'_>) -> Option<Match> {
     if m < NEAR_FAILING_SHARE && o.verdict != Verdict::Fail {
         return None;
     }
+    // Decode sets an E2E objective only when it is most of E2E: where queueing is most of it
+    // (requests waiting for a slot), "spend the effort on decode" would miss the larger part.
+    let decode_of_e2e = match (c.facts.decode_mean_s, c.facts.e2e_mean_s) {
+        (Some(d), Some(e)) if e > 0.0 => Some(d / e),
+        _ => None,
+    };
+    let about_e2e = o.id.starts_with("e2e");
+    if about_e2e && decode_of_e2e.is_some_and(|d| d < 0.5) {
+        return None;
+    }
     let mut evidence = vec![
         judged(
             "decode_share_of_inference",
@@ -1236,6 +1531,17 @@ fn decode_dominated(c: &Context<'_>) -> Option<Match> {
         ),
         margin(o, m, "the objective decode speed sets"),
     ];
+    if let Some(d) = decode_of_e2e.filter(|_| about_e2e) {
+        evidence.push(judged(
+            "decode_share_of_e2e",
+            d,
+            "ratio",
+            Cmp::AtLeast(0.5),
+            "decode is most of E2E",
+            "decode is the smaller part of E2E",
+            "decode mean / server E2E mean",
+        ));
+    }
     if let (Some(g), Some(p)) = (c.facts.gen_len_mean, c.facts.prompt_len_mean)
         && p > 0.0
     {
@@ -1246,8 +1552,12 @@ fn decode_dominated(c: &Context<'_>) -> Option<Match> {
             "mean generated / mean prompt tokens",
         ));
     }
+    // High only when decode is most of the objective itself (ITL and TPOT are decode; E2E
+    // when decode is ≥ 80 % of it), not merely of the running time.
+    let decode_is_the_objective = !about_e2e || decode_of_e2e.is_some_and(|d| d >= 0.8);
     Some(Match {
-        confidence: if o.verdict == Verdict::Fail {
+        action: None,
+        confidence: if o.verdict == Verdict::Fail && decode_is_the_objective {
             Confidence::High
         } else {
             Confidence::Medium
@@ -1309,6 +1619,7 @@ fn efficient_load(c: &Context<'_>) -> Option<Match> {
         ));
     }
     Some(Match {
+        action: None,
         confidence: if f.gpu_gr_active.is_some() {
             Confidence::High
         } else {
@@ -1321,6 +1632,7 @@ fn efficient_load(c: &Context<'_>) -> Option<Match> {
 fn workload_changed_shape(c: &Context<'_>) -> Option<Match> {
     let note = c.workload_drift?;
     Some(Match {
+        action: None,
         confidence: Confidence::High,
         evidence: vec![ev("workload_drift", 1.0, "flag", note)],
     })
@@ -1345,6 +1657,16 @@ fn autoscaling_trigger(c: &Context<'_>) -> Option<Match> {
             "count",
             "max over the window's scrapes",
         ));
+    } else if let Some(w) = f.waiting_mean_from_counters.filter(|w| *w >= 1.0) {
+        evidence.push(judged(
+            "waiting_mean_from_counters",
+            w,
+            "count",
+            Cmp::AtLeast(1.0),
+            "requests waited throughout the window on average",
+            "under one request waiting on average",
+            "Little's law: Δ request_queue_time_seconds_sum / window length (the waiting gauge read 0 at every scrape)",
+        ));
     }
     if let Some(k) = f.kv_usage_max {
         evidence.push(ev(
@@ -1363,6 +1685,7 @@ fn autoscaling_trigger(c: &Context<'_>) -> Option<Match> {
         ));
     }
     Some(Match {
+        action: None,
         confidence: Confidence::Medium,
         evidence,
     })
@@ -1375,6 +1698,7 @@ fn alert_on_queue_time(c: &Context<'_>) -> Option<Match> {
         return None;
     }
     Some(Match {
+        action: None,
         confidence: Confidence::Medium,
         evidence: vec![judged(
             "queue_share_of_ttft",
@@ -1555,10 +1879,29 @@ mod tests {
         let below = [obj("itl_p95", 0.05, 0.038, Verdict::Pass)];
         assert!(decode_dominated(&ctx(&facts, &below)).is_none());
         assert_eq!(m.confidence, Confidence::Medium);
-        // E2E p95 failing: it fires with high confidence
+        // E2E p95 failing: it fires, with high confidence only where decode is most of E2E
         let e2e = [obj("e2e_p95", 10.0, 12.0, Verdict::Fail)];
         let m = decode_dominated(&ctx(&facts, &e2e)).expect("failing E2E");
+        assert_eq!(
+            m.confidence,
+            Confidence::Medium,
+            "decode share of E2E unknown"
+        );
+        let decode_e2e = Facts {
+            decode_mean_s: Some(9.0),
+            e2e_mean_s: Some(10.0),
+            ..facts.clone()
+        };
+        let m = decode_dominated(&ctx(&decode_e2e, &e2e)).expect("decode 90 % of E2E");
         assert_eq!(m.confidence, Confidence::High);
+        // queueing most of E2E (decode 3 s of 10 s): decode speed does not set it
+        let queued = Facts {
+            decode_mean_s: Some(3.0),
+            e2e_mean_s: Some(10.0),
+            queue_mean_s: Some(6.5),
+            ..facts.clone()
+        };
+        assert!(decode_dominated(&ctx(&queued, &e2e)).is_none());
         // decode 0.79 of running time is below the 0.8 floor
         let less = Facts {
             decode_share_of_inference: Some(0.79),

@@ -42,26 +42,27 @@ fn src(w: &Window, s: Signal) -> String {
 }
 
 fn quantiles(b: &mut StepBuilder, w: &Window, sig: Signal, name: &str) {
-    let Some(h) = w.histogram(sig) else { return };
     for q in [0.5, 0.95, 0.99] {
-        if let Some(x) = h.quantile(q) {
+        if let Some(bounded) = crate::bounds::quantile(w, sig, q) {
+            let x = bounded.q;
             let source = if x.upper_bound_only {
                 // PromQL would interpolate inside [0, le₀]: a made-up point. Say the bound.
                 format!(
-                    "{} {} s: the rank falls in the first bucket [0, {}] s of {} ({} observations), so the histogram cannot place it lower",
+                    "{} {} s: the rank falls in the first bucket of {} ({} observations), so the histogram cannot place it lower{}",
                     crate::UPPER_BOUND_ONLY,
                     x.upper,
-                    x.upper,
                     src(w, sig),
-                    x.observations
+                    x.observations,
+                    bounded.why(w)
                 )
             } else {
                 format!(
-                    "histogram_quantile({q}) of {} over {} observations; truth between {} and {} s",
+                    "histogram_quantile({q}) of {} over {} observations; truth between {} and {} s{}",
                     src(w, sig),
                     x.observations,
                     x.lower,
-                    x.upper
+                    x.upper,
+                    bounded.why(w)
                 )
             };
             b.fig(
@@ -219,7 +220,32 @@ pub(crate) fn six_steps(w: &Window, f: &Facts, setting: &Setting) -> Vec<Step> {
     if f.prefix_hit_ratio.is_some() && setting.prefixes.is_some_and(|p| p.nothing_shared()) {
         b.remark("the workload spec sets no shared prefix (no class has shared_prefix_tokens or dataset prompts): the prefix cache has nothing to reuse by design, so its hit ratio is no finding here");
     }
-    if f.gauge_samples < 2 {
+    b.fig(
+        "running_mean_from_counters",
+        f.running_mean_from_counters,
+        "requests",
+        format!(
+            "Little's law: Δ{}_sum / window length",
+            src(w, Signal::InferenceTime)
+        ),
+    );
+    b.fig(
+        "waiting_mean_from_counters",
+        f.waiting_mean_from_counters,
+        "requests",
+        format!(
+            "Little's law: Δ{}_sum / window length",
+            src(w, Signal::QueueTime)
+        ),
+    );
+    if !f.idle_gauges.is_empty() {
+        let names: Vec<String> = f.idle_gauges.iter().map(|s| src(w, *s)).collect();
+        b.remark(format!(
+            "{} read 0 at every scrape while {} requests finished: the scrapes fell on idle moments (the load drained before the last one), so these gauges do not describe the window and are not shown or used; occupancy comes from the counters (Little's law, above)",
+            names.join(", "),
+            f.finished.unwrap_or(0.0)
+        ));
+    } else if f.gauge_samples < 2 {
         b.remark(format!(
             "gauges (running, waiting, KV usage) were sampled {} time(s): they show the moment of the scrape, not the window",
             f.gauge_samples

@@ -15,6 +15,8 @@ use headroom_sim::{Engine, NewRequest, SimSpec};
 
 #[path = "support/advice.rs"]
 mod advice;
+#[path = "support/properties.rs"]
+mod properties;
 
 /// The decision-table rows that name a bottleneck or a device problem: a scenario's own finding
 /// must be among them and the others absent.
@@ -156,6 +158,7 @@ fn judge(scenario: &str, s: &Scraped, slo: &SloSpec) -> (Window, Assessment) {
     );
     let a = assess(&w, None, slo);
     advice::assert_consistent(scenario, &a);
+    properties::assert_properties(scenario, &w, &a);
     (w, a)
 }
 
@@ -179,6 +182,10 @@ fn only_these(a: &Assessment, want: &[&str]) {
     };
     for w in want {
         assert!(ids.contains(w), "{w} expected; {}", detail());
+    }
+    // the designed bottleneck is the first finding
+    if let Some(first) = want.first() {
+        assert_eq!(ids.first(), Some(first), "{}", detail());
     }
     for b in BOTTLENECKS {
         if !want.contains(&b) {
@@ -277,11 +284,9 @@ fn small_kv_pool_is_kv_pressure() {
     assert!(pre > 0.0);
 }
 
-#[test]
-fn long_prompts_are_prefill_contention() {
-    // Qwen2.5-3B, 16 clients, a quarter of the prompts 8k tokens (simulator.md §6).
-    let mut e = engine(|s| s.max_model_len = Some(16384));
-    let reqs = (0..400)
+/// 400 requests of 100 generated tokens, every fourth with an 8,000-token prompt, the rest 100.
+fn quarter_long_prompts() -> Vec<NewRequest> {
+    (0..400)
         .map(|i| {
             if i % 4 == 0 {
                 req(8000, 100, i)
@@ -289,10 +294,42 @@ fn long_prompts_are_prefill_contention() {
                 req(100, 100, i)
             }
         })
-        .collect();
-    let s = drive(&mut e, 16, reqs, 120.0, 5.0);
+        .collect()
+}
+
+#[test]
+fn long_prompts_are_prefill_contention() {
+    // Qwen2.5-3B, 16 clients, a quarter of the prompts 8k tokens (simulator.md §6).
+    let mut e = engine(|s| s.max_model_len = Some(16384));
+    let s = drive(&mut e, 16, quarter_long_prompts(), 120.0, 5.0);
     let (_, a) = judge("long_prompts_are_prefill_contention", &s, &slo(1.0));
     only(&a, Some("prefill_contention"));
+}
+
+/// README's recipe: `--max-num-batched-tokens 512` with a quarter of the prompts 8k tokens
+/// long. Each long prompt is prefilled 512 tokens a step, so its first token waits for ~16
+/// steps: a *smaller* budget would make that worse, and no finding may say so.
+///
+/// Not yet the designed ranking: the requests queue behind the long prefills (queue ≥ 50 % of
+/// TTFT), so admission saturation fires and comes first ("raise --max-num-seqs (and
+/// --max-num-batched-tokens)"), where prefill contention is the designed answer.
+#[test]
+fn a_small_token_budget_never_gets_smaller_budget_advice() {
+    let mut e = engine(|s| {
+        s.max_model_len = Some(16384);
+        s.max_num_batched_tokens = Some(512);
+    });
+    let s = drive(&mut e, 16, quarter_long_prompts(), 120.0, 5.0);
+    let (_, a) = judge("max_num_batched_tokens 512", &s, &slo(1.0));
+    assert!(!a.findings.is_empty());
+    for f in &a.findings {
+        let action = &f.finding.action;
+        assert!(
+            !action.contains("smaller --max-num-batched-tokens"),
+            "{}: {action}",
+            f.finding.id
+        );
+    }
 }
 
 #[test]
@@ -372,6 +409,20 @@ fn answers_cut_at_max_tokens_are_truncation_and_natural_stops_are_not() {
         &slo(0.1),
     );
     only(&a, None);
+    // Every request ran exactly to max_tokens: without the client's word, an ignore_eos
+    // benchmark reads the same, so the server view alone makes it a note.
+    assert!(a.finding("truncation").is_none(), "{:?}", a.finding_ids());
+    assert!(
+        a.notes.iter().any(|n| n.contains("`truncation`")),
+        "{:?}",
+        a.notes
+    );
+    // A client that sent none with ignore_eos: truncation, a finding.
+    let none = ClientView {
+        ignore_eos_share: Some(0.0),
+        ..ClientView::default()
+    };
+    let a = assess(&w, Some(&none), &slo(0.1));
     assert!(a.finding("truncation").is_some(), "{:?}", a.finding_ids());
 
     // The same server view from a sweep whose client sent every request with ignore_eos: the
@@ -628,15 +679,18 @@ fn low_prefix_reuse_follows_the_workloads_shared_prefix() {
     let (w, a) = judge("distinct prompts", &s, &slo(0.1));
     let (ratio, queries) = hit_ratio(&e);
     assert!(ratio < 0.1 && queries >= 1000, "{ratio} of {queries}");
-    let f = a.finding("low_prefix_reuse").expect("workload unknown");
-    let r = f
-        .finding
-        .evidence
-        .iter()
-        .find(|e| e.metric == "prefix_cache_hit_ratio")
-        .unwrap();
-    assert!((r.value - ratio).abs() < 1e-12, "{} vs {ratio}", r.value);
-    assert!(r.note.contains("assumes the traffic shares prefixes"));
+    // Workload unknown: a note, not a finding, with the ratio it read.
+    assert!(
+        a.finding("low_prefix_reuse").is_none(),
+        "{:?}",
+        a.finding_ids()
+    );
+    let note = advice::note_of(&a, "low_prefix_reuse").expect("workload unknown: a note");
+    assert!(
+        note.contains(&format!("prefix_cache_hit_ratio = {ratio} ratio")),
+        "{note}"
+    );
+    assert!(note.contains("assumes the traffic shares prefixes"));
     let a = assess_with(&w, None, &slo(0.1), &known(PrefixPlan::default()));
     advice::assert_consistent("distinct prompts, workload known", &a);
     assert!(

@@ -78,6 +78,15 @@ impl GaugeSummary {
     }
 }
 
+/// The occupancy gauges [`Window::gauge_validity`] judges: running, waiting, waiting for
+/// capacity, KV-cache usage.
+pub const OCCUPANCY_GAUGES: [Signal; 4] = [
+    Signal::Running,
+    Signal::Waiting,
+    Signal::WaitingForCapacity,
+    Signal::KvCacheUsage,
+];
+
 /// Whether a gauge's samples describe the window they summarise.
 ///
 /// A gauge shows the moment of each scrape, not the span between them. When every scrape falls

@@ -199,6 +199,11 @@ pub fn unsupported_claims(a: &Assessment) -> Vec<String> {
     out
 }
 
+/// The note a row demoted from the findings became (it names the row as `` `id` ``), if any.
+pub fn note_of<'a>(a: &'a Assessment, id: &str) -> Option<&'a String> {
+    a.notes.iter().find(|n| n.contains(&format!("`{id}`")))
+}
+
 /// Asserts both checks on `a`, naming `scenario` and the findings on failure.
 pub fn assert_consistent(scenario: &str, a: &Assessment) {
     let c = contradictions(a);
