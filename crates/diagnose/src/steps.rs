@@ -47,8 +47,12 @@ fn quantiles(b: &mut StepBuilder, w: &Window, sig: Signal, name: &str) {
             let x = bounded.q;
             let source = if x.upper_bound_only {
                 // PromQL would interpolate inside [0, le₀]: a made-up point. Say the bound.
+                let le0 = w
+                    .histogram(sig)
+                    .and_then(|h| h.buckets.first())
+                    .map_or(x.upper, |b| b.le);
                 format!(
-                    "{} {} s: the rank falls in the first bucket of {} ({} observations), so the histogram cannot place it lower{}",
+                    "{} {} s: the rank falls in the first bucket [0, {le0}] s of {} ({} observations), so the histogram cannot place it lower{}",
                     crate::UPPER_BOUND_ONLY,
                     x.upper,
                     src(w, sig),
