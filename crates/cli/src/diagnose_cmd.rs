@@ -292,7 +292,7 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
             },
             None => levels.into_iter().collect(),
         };
-        let starts = measurement_starts(Path::new(one));
+        let starts = measurement_starts(read_results(Path::new(one))?.as_ref());
         let mut out = Vec::new();
         for (level, mut l) in chosen {
             if l.engine.is_empty() {
@@ -337,18 +337,80 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
     }])
 }
 
+/// Refuses a run directory holding a symbolic link among the files diagnose reads (top level,
+/// `scrapes/`, `histograms/`): the sweep writes none, and one planted there (`slo.yaml` →
+/// `/etc/shadow`) would make diagnose read, and quote, a file it was never given.
+///
+/// # Errors
+/// The first link found, named, or an unreadable folder.
+fn refuse_links(run_dir: &Path) -> Result<()> {
+    let mut dirs = vec![run_dir.to_path_buf()];
+    for sub in ["scrapes", "histograms"] {
+        dirs.push(run_dir.join(sub));
+    }
+    for (i, dir) in dirs.iter().enumerate() {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if i > 0 && e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => bail!("{}: cannot read the folder: {e}", dir.display()),
+        };
+        for entry in entries {
+            let entry =
+                entry.with_context(|| format!("{}: cannot read the folder", dir.display()))?;
+            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                bail!(
+                    "{}: a symbolic link in a run directory; a sweep writes none, so it is not read (copy the file in if it belongs there)",
+                    entry.path().display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The run directory's `results.json` as JSON: `None` when there is none (an older or
+/// cut-short run: its levels are then judged on the engine's view alone, and a warning says so).
+///
+/// # Errors
+/// A `results.json` that exists but cannot be read or is not JSON, named: judging with other
+/// evidence while the run's own record is corrupt would hide that.
+fn read_results(run_dir: &Path) -> Result<Option<serde_json::Value>> {
+    let p = run_dir.join("results.json");
+    let text = match std::fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => bail!("{}: cannot read it: {e}", p.display()),
+    };
+    // serde_json's message names line and column, never the input.
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        anyhow!(
+            "{}: not JSON ({e}); the run directory is damaged (a full disk, an interrupted copy): restore the file or rerun the sweep",
+            p.display()
+        )
+    })
+}
+
+/// Files `results.json` lists (each level's histograms and scrapes) that the run directory
+/// lacks, relative to it: the sweep stopped before writing them (a full disk) or they were
+/// removed.
+fn missing_listed_files(run_dir: &Path, run: &headroom_core::run::RunResult) -> Vec<String> {
+    let mut out = Vec::new();
+    for l in run.phases.iter().flat_map(|p| &p.levels) {
+        let scrapes = l.server.iter().flat_map(|s| &s.scrapes);
+        for f in std::iter::once(&l.histograms).chain(scrapes) {
+            if !f.is_empty() && !run_dir.join(f).is_file() && !out.contains(f) {
+                out.push(f.clone());
+            }
+        }
+    }
+    out
+}
+
 /// Start of every level's measurement window (`started_unix_s` in the run's `results.json`),
-/// in no particular order; empty when the file is missing or unreadable (then a level's whole
-/// span is diagnosed, warm-up included).
-fn measurement_starts(run_dir: &Path) -> Vec<f64> {
-    let Ok(text) = std::fs::read_to_string(run_dir.join("results.json")) else {
-        return Vec::new();
-    };
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return Vec::new();
-    };
-    v["phases"]
-        .as_array()
+/// in no particular order; empty without results (then a level's whole span is diagnosed,
+/// warm-up included).
+fn measurement_starts(run: Option<&serde_json::Value>) -> Vec<f64> {
+    run.and_then(|v| v["phases"].as_array())
         .into_iter()
         .flatten()
         .flat_map(|p| p["levels"].as_array().into_iter().flatten())
@@ -406,16 +468,55 @@ struct SweptRun {
 }
 
 impl SweptRun {
-    /// `None` when results.json is missing or unreadable (a run directory of an older or
-    /// partial run: its levels are then diagnosed on the engine's view alone).
-    fn load(run_dir: &Path) -> Option<SweptRun> {
-        let text = std::fs::read_to_string(run_dir.join("results.json")).ok()?;
-        let run = serde_json::from_str(&text).ok()?;
+    /// `None` when there is no results.json (a run directory of an older or cut-short run: its
+    /// levels are then diagnosed on the engine's view alone); a warning names every file that is
+    /// missing or unreadable (results.json itself, workload.yaml, the histograms and scrapes
+    /// results.json lists).
+    ///
+    /// # Errors
+    /// A results.json that exists but is unreadable or corrupt ([`read_results`]).
+    fn load(run_dir: &Path) -> Result<Option<SweptRun>> {
+        let Some(value) = read_results(run_dir)? else {
+            eprintln!(
+                "warning: {}: no results.json; levels are judged on the engine's view alone, without the client's measurements",
+                run_dir.display()
+            );
+            return Ok(None);
+        };
+        let run: headroom_core::run::RunResult = match serde_json::from_value(value) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!(
+                    "warning: {}: results.json is not a whole sweep's results ({e}); levels are judged on the engine's view alone, without the client's measurements",
+                    run_dir.display()
+                );
+                return Ok(None);
+            }
+        };
+        for f in missing_listed_files(run_dir, &run) {
+            eprintln!(
+                "warning: {}: results.json lists {f}, which is missing (the sweep could not write it, or it was removed)",
+                run_dir.display()
+            );
+        }
         let wl = run_dir.join("workload.yaml");
-        let workload = std::fs::read_to_string(&wl)
-            .ok()
-            .and_then(|t| headroom_load::workload::Workload::parse(&t, &wl, run_dir).ok());
-        Some(SweptRun { run, workload })
+        let workload = match std::fs::read_to_string(&wl) {
+            Ok(t) => match headroom_load::workload::Workload::parse(&t, &wl, run_dir) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    eprintln!("warning: {e}; the workload's hints are left out");
+                    None
+                }
+            },
+            Err(e) => {
+                eprintln!(
+                    "warning: {}: cannot read it ({e}); the workload's hints are left out",
+                    wl.display()
+                );
+                None
+            }
+        };
+        Ok(Some(SweptRun { run, workload }))
     }
 
     /// The level whose histogram file is `histograms/L{index:03}.json`, with its phase.
@@ -541,6 +642,11 @@ fn mark_upper_bounds(v: &mut serde_json::Value) {
 /// Bad input, each message naming the file, URL or flag (the caller exits with status 2).
 pub async fn run(a: DiagnoseArgs) -> Result<i32> {
     let sel = selection(&a.selector)?;
+    if let [one] = a.from.as_slice()
+        && Path::new(one).is_dir()
+    {
+        refuse_links(Path::new(one))?;
+    }
     // A run directory's own SLO (the sweep writes it as RUN_DIR/slo.yaml) unless --slo is given.
     let run_slo = match (&a.slo, a.from.as_slice()) {
         (None, [one]) if Path::new(one).is_dir() => {
@@ -559,7 +665,7 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
     let spec = load_slo(slo_path, &a.class)?;
     let reads = read_windows(&a, &sel).await?;
     let swept_run = match a.from.as_slice() {
-        [dir] if Path::new(dir).is_dir() => SweptRun::load(Path::new(dir)),
+        [dir] if Path::new(dir).is_dir() => SweptRun::load(Path::new(dir))?,
         _ => None,
     };
     let mut ds = Vec::new();

@@ -1565,3 +1565,53 @@ fn sweep_embedded(dir: &Path, workload: &Path, slo: &Path, measure: &str, seed: 
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     run
 }
+
+/// A run directory is read as the sweep wrote it: a symbolic link in it (slo.yaml or a scrape
+/// pointing at a secret) is refused, naming it, without reading it; a parse error quotes no
+/// secret; a corrupt results.json is refused, not ignored.
+#[test]
+fn run_directory_links_secrets_and_damage_are_named() {
+    let secret_text = "root:$6$s4ltS4lt$Q9xTopSecretHash0123456789abcdef:19000:0:99999:7:::\n";
+    let fresh = || {
+        let dir = tempdir();
+        let scrapes = dir.path().join("scrapes");
+        std::fs::create_dir(&scrapes).unwrap();
+        std::fs::copy(
+            fixture(QUEUEING),
+            scrapes.join("L000-0000-engine@1767000000.000.prom"),
+        )
+        .unwrap();
+        let secret = write(dir.path(), "outside-secret", secret_text);
+        (dir, secret)
+    };
+    for linked in ["slo.yaml", "scrapes/L000-0001-engine@1767000010.000.prom"] {
+        let (dir, secret) = fresh();
+        let run = dir.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        std::fs::rename(dir.path().join("scrapes"), run.join("scrapes")).unwrap();
+        std::os::unix::fs::symlink(&secret, run.join(linked)).unwrap();
+        let o = headroom(&["diagnose", "--from", run.to_str().unwrap()]);
+        assert_bad(&o, &[linked, "symbolic link"]);
+        assert!(!stderr(&o).contains("TopSecret"), "{}", stderr(&o));
+    }
+    // The same secret as a file of the run: the SLO's parse error quotes no hash.
+    let (dir, _) = fresh();
+    write(dir.path(), "slo.yaml", secret_text);
+    let o = headroom(&["diagnose", "--from", dir.path().to_str().unwrap()]);
+    assert_bad(&o, &["slo.yaml"]);
+    assert!(!stderr(&o).contains("TopSecret"), "{}", stderr(&o));
+    // A corrupt results.json is named, not silently replaced by the engine's view alone.
+    let (dir, _) = fresh();
+    write(
+        dir.path(),
+        "results.json",
+        "{\"schema_version\": 1, \"phases\": [tru",
+    );
+    let o = headroom(&["diagnose", "--from", dir.path().to_str().unwrap()]);
+    assert_bad(&o, &["results.json", "not JSON", "damaged"]);
+    // None at all is a warning, and the diagnosis runs.
+    let (dir, _) = fresh();
+    let o = headroom(&["diagnose", "--from", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no results.json"), "{}", stderr(&o));
+}

@@ -40,9 +40,9 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 pub const EXCERPT_CHARS: usize = 60;
 
 /// A short, redacted excerpt of an input line for an error message: at most [`EXCERPT_CHARS`]
-/// characters, control characters shown as `?`, and every run of 8 or more characters that mixes
-/// letters with digits or symbols and contains no space (API keys, password hashes, tokens) shown
-/// as `[N chars]`. A file an error quotes may not be what it claims to be (a link to
+/// characters, control characters shown as `?`, and every word that looks like a credential (16
+/// or more characters mixing letters and digits, or 12 or more with `$`, `/` or `+`: API keys,
+/// password hashes, tokens) shown as `[N chars]`. A file an error quotes may not be what it claims to be (a link to
 /// `/etc/shadow` or to a key file planted in a run directory), so no error repeats raw input.
 pub fn excerpt(line: &str) -> String {
     let secretish = |w: &str| {
@@ -50,7 +50,7 @@ pub fn excerpt(line: &str) -> String {
         let digits = w.chars().any(|c| c.is_ascii_digit());
         let letters = w.chars().any(char::is_alphabetic);
         let symbols = w.chars().any(|c| "$/+".contains(c));
-        n >= 8 && letters && (digits || symbols)
+        letters && ((n >= 16 && digits) || (n >= 12 && symbols))
     };
     let mut out = String::new();
     let mut word = String::new();
@@ -91,6 +91,7 @@ mod excerpt_tests {
         assert!(!e.contains("4f9a8b"), "{e}");
         let e = excerpt("  threshold: -5");
         assert_eq!(e, "  threshold: -5");
+        assert_eq!(excerpt("{p99.99999: 1s}"), "{p99.99999: 1s}");
         let e = excerpt(r#"vllm:num_requests_running{model_name="tiny"} 3"#);
         assert_eq!(e, r#"vllm:num_requests_running{model_name="tiny"} 3"#);
         assert!(excerpt(&"word ".repeat(100)).chars().count() <= super::EXCERPT_CHARS + 1);

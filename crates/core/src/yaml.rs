@@ -114,8 +114,26 @@ pub fn parse_yaml<T: DeserializeOwned>(text: &str, origin: &Path) -> Result<T, Y
                 .to_string(),
             None => plain,
         };
-        YamlError::at(origin, text, location, explain(&message))
+        YamlError::at(origin, text, location, explain(&quoted_excerpts(&message)))
     })
+}
+
+/// `message` with every `` `quoted` `` part (the parser quotes the input's keys and values)
+/// shortened and redacted by [`crate::excerpt`]: the file may be a link to a secret.
+fn quoted_excerpts(message: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in message.split('`').enumerate() {
+        if i > 0 {
+            out.push('`');
+        }
+        // Odd parts lie between backticks.
+        if i % 2 == 1 {
+            out.push_str(&crate::excerpt(part));
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
 }
 
 /// Line and column (1-based) of the key named by `field` in the YAML document `text`: a dotted
