@@ -1145,3 +1145,93 @@ async fn first_chunk_probe_brackets_each_streaming_requests_engine_ttft() {
     })
     .await;
 }
+
+/// A body over the twin's limit is answered in vLLM's JSON error shape (its `HTTPException`
+/// handler's), not as plain text.
+#[tokio::test]
+async fn an_oversized_body_is_a_json_413() {
+    let srv = start(spec(0.0), Faults::default(), None).await;
+    let addr = srv.api_addr;
+    let fut = async {
+        let s = TcpStream::connect(addr).await.unwrap();
+        let (mut s, mut w) = s.into_split();
+        let len = 65 << 20;
+        // Written while the answer is read: the twin may answer, and close, before the end.
+        let writer = tokio::spawn(async move {
+            let head = format!(
+                "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+            );
+            w.write_all(head.as_bytes()).await?;
+            let chunk = vec![b' '; 1 << 20];
+            for _ in 0..65 {
+                w.write_all(&chunk).await?;
+            }
+            Ok::<_, std::io::Error>(w)
+        });
+        // The twin answers before the body arrives and may keep waiting for it: read the
+        // head and its content-length, not to EOF.
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            raw.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+            let done = text.split_once("\r\n\r\n").is_some_and(|(head, body)| {
+                head.split("content-length: ")
+                    .nth(1)
+                    .and_then(|l| l.lines().next()?.trim().parse::<usize>().ok())
+                    .is_some_and(|len| body.len() >= len)
+            });
+            if n == 0 || done {
+                break;
+            }
+        }
+        let _ = writer.await;
+        parse_response(&raw, Vec::new())
+    };
+    let r = tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .expect("answered within 10 s");
+    assert_eq!(r.status, 413);
+    let v: Value = serde_json::from_slice(&r.body).expect("a JSON body");
+    assert_eq!(v["error"]["code"], 413);
+    assert_eq!(v["error"]["type"], "Request Entity Too Large");
+    assert!(v["error"]["param"].is_null());
+    assert!(v["error"]["message"].as_str().unwrap().contains("64 MiB"));
+}
+
+/// However many method names clients invent, `http_requests_total` gets one `method` value for
+/// them (`OTHER`); the answers stay vLLM's 404 / 405 JSON.
+#[tokio::test]
+async fn invented_methods_share_one_label_value() {
+    let srv = start(spec(0.0), Faults::default(), None).await;
+    let addr = srv.api_addr;
+    bounded(async {
+        for i in 0..50 {
+            let m = format!("BREW{i}");
+            let r = http(addr, &m, "/v1/completions", None, &[]).await;
+            assert_eq!(r.status, 405, "{m}");
+            let v: Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(v["error"]["code"], 405);
+            let r = http(addr, &m, "/nowhere", None, &[]).await;
+            assert_eq!(r.status, 404, "{m}");
+        }
+        let r = http(addr, "GET", "/metrics", None, &[]).await;
+        let text = String::from_utf8_lossy(&r.body).into_owned();
+        let methods: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("http_requests_total{"))
+            .filter_map(|l| l.split("method=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(methods, ["OTHER"].into_iter().collect(), "{text}");
+        assert!(text.contains(
+            r#"http_requests_total{handler="/v1/completions",method="OTHER",status="4xx"} 50.0"#
+        ));
+        assert!(
+            text.contains(
+                r#"http_requests_total{handler="none",method="OTHER",status="4xx"} 50.0"#
+            )
+        );
+    })
+    .await;
+}

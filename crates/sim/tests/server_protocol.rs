@@ -511,3 +511,223 @@ fn numeric_fields_coerce_as_pydantic_lax_mode_does() {
         );
     }
 }
+
+fn chat(body: &str) -> Result<headroom_sim::server::ParsedRequest, ApiError> {
+    parse_and_validate(Endpoint::ChatCompletions, body.as_bytes(), &ctx(2048))
+}
+
+const MSG: &str = r#""messages":[{"role":"user","content":"hi"}]"#;
+
+/// An output limit beyond i64 is echoed as sent (a Python int has no limit), never as the
+/// saturated 9223372036854775807, and under the name of the field it came from.
+#[test]
+fn overflowing_output_limits_are_echoed_as_sent() {
+    for (body, param, value) in [
+        (
+            r#"{"prompt":"x","max_tokens":18446744073709551615}"#.to_string(),
+            "max_tokens",
+            "18446744073709551615",
+        ),
+        (
+            r#"{"prompt":"x","max_tokens":"123456789012345678901234567890"}"#.to_string(),
+            "max_tokens",
+            "123456789012345678901234567890",
+        ),
+        (
+            r#"{"prompt":"x","max_tokens":" +00099999999999999999999 "}"#.to_string(),
+            "max_tokens",
+            "99999999999999999999",
+        ),
+    ] {
+        let e = completion(&body, 2048).unwrap_err();
+        assert_eq!(e.status.as_u16(), 400, "{body}");
+        assert_eq!(e.param.as_deref(), Some(param), "{body}");
+        assert!(
+            e.message.starts_with(&format!(
+                "{param}={value} cannot be greater than max_model_len=2048."
+            )),
+            "{body}: {}",
+            e.message
+        );
+        assert!(!e.message.contains("9223372036854775807"), "{}", e.message);
+    }
+    let e = chat(&format!(
+        r#"{{{MSG},"max_tokens":5,"max_completion_tokens":18446744073709551615}}"#
+    ))
+    .unwrap_err();
+    assert_eq!(
+        e.message,
+        "max_completion_tokens=18446744073709551615 cannot be greater than max_model_len=2048. Please request fewer output tokens. (parameter=max_completion_tokens, value=18446744073709551615)"
+    );
+    let e = completion(
+        r#"{"prompt":"x","max_tokens":"-99999999999999999999"}"#,
+        2048,
+    )
+    .unwrap_err();
+    assert!(
+        e.message.contains("got -99999999999999999999."),
+        "{}",
+        e.message
+    );
+    let e = completion(r#"{"prompt":"x","n":18446744073709551615}"#, 2048).unwrap_err();
+    assert!(
+        e.message.starts_with("n=18446744073709551615 "),
+        "{}",
+        e.message
+    );
+}
+
+/// A chat or completions request with extra `fields` (JSON members, comma-separated).
+fn with_fields(
+    is_chat: bool,
+    fields: &str,
+) -> Result<headroom_sim::server::ParsedRequest, ApiError> {
+    if is_chat {
+        chat(&format!("{{{MSG},{fields}}}"))
+    } else {
+        completion(&format!(r#"{{"prompt":"x",{fields}}}"#), 2048)
+    }
+}
+
+/// vLLM 0.32's logprobs checks: the `mode="before"` validators (type, sign, `logprobs` needed
+/// for `top_logprobs`, no prompt logprobs when streaming) as request-validation errors with
+/// `param`, then `SamplingParams._validate_logprobs` against `--max-logprobs` (20).
+#[test]
+fn logprobs_are_validated_as_vllm_does() {
+    // (endpoint is chat, body fields, param, message)
+    let cases: &[(bool, &str, &str, &str)] = &[
+        (
+            false,
+            r#""logprobs":"5""#,
+            "logprobs",
+            "Value error, `logprobs` must be an integer.",
+        ),
+        (
+            false,
+            r#""logprobs":-2"#,
+            "logprobs",
+            "Value error, `logprobs` must be a positive value or -1.",
+        ),
+        (
+            false,
+            r#""prompt_logprobs":[1]"#,
+            "prompt_logprobs",
+            "Value error, `prompt_logprobs` must be an integer.",
+        ),
+        (
+            false,
+            r#""prompt_logprobs":1,"stream":true"#,
+            "prompt_logprobs",
+            "Value error, `prompt_logprobs` are not available when `stream=True`.",
+        ),
+        (
+            false,
+            r#""prompt_logprobs":-3"#,
+            "prompt_logprobs",
+            "Value error, `prompt_logprobs` must be a positive value or -1.",
+        ),
+        (
+            true,
+            r#""top_logprobs":3"#,
+            "top_logprobs",
+            "Value error, when using `top_logprobs`, `logprobs` must be set to true.",
+        ),
+        (
+            true,
+            r#""top_logprobs":-1,"logprobs":false"#,
+            "top_logprobs",
+            "Value error, when using `top_logprobs`, `logprobs` must be set to true.",
+        ),
+        (
+            true,
+            r#""top_logprobs":-5,"logprobs":true"#,
+            "top_logprobs",
+            "Value error, `top_logprobs` must be a positive value or -1.",
+        ),
+        (
+            true,
+            r#""top_logprobs":"x","logprobs":true"#,
+            "top_logprobs",
+            "Value error, `top_logprobs` must be an integer.",
+        ),
+    ];
+    for (is_chat, fields, param, msg) in cases {
+        let e = with_fields(*is_chat, fields).unwrap_err();
+        assert_eq!(e.status.as_u16(), 400, "{fields}");
+        assert_eq!(e.kind, "Bad Request", "{fields}");
+        assert_eq!(e.param.as_deref(), Some(*param), "{fields}");
+        assert!(e.message.contains(msg), "{fields}: {}", e.message);
+    }
+    // Above --max-logprobs (20); -1 means the whole vocabulary.
+    for (is_chat, fields, param, shown) in [
+        (false, r#""logprobs":21"#, "logprobs", "21"),
+        (false, r#""logprobs":-1"#, "logprobs", "151936"),
+        (
+            false,
+            r#""logprobs":18446744073709551615"#,
+            "logprobs",
+            "18446744073709551615",
+        ),
+        (false, r#""prompt_logprobs":50"#, "prompt_logprobs", "50"),
+        (
+            true,
+            r#""logprobs":true,"top_logprobs":21"#,
+            "logprobs",
+            "21",
+        ),
+        (
+            true,
+            r#""logprobs":true,"top_logprobs":-1"#,
+            "logprobs",
+            "151936",
+        ),
+    ] {
+        let e = with_fields(is_chat, fields).unwrap_err();
+        let what = if param == "prompt_logprobs" {
+            "prompt"
+        } else {
+            "sample"
+        };
+        assert_eq!(
+            json(&e)["error"],
+            serde_json::json!({
+                "message": format!("Requested {what} logprobs of {shown}, which is greater than max allowed: 20 (parameter={param}, value={shown})"),
+                "type": "BadRequestError",
+                "param": param,
+                "code": 400,
+            }),
+            "{fields}"
+        );
+    }
+    // Within the limit, and top_logprobs without logprobs at 0, are accepted.
+    for fields in [
+        r#""logprobs":20"#,
+        r#""logprobs":0"#,
+        r#""prompt_logprobs":-0.0"#,
+    ] {
+        completion(&format!(r#"{{"prompt":"x",{fields}}}"#), 2048)
+            .unwrap_or_else(|e| panic!("{fields}: {e}"));
+    }
+    for fields in [
+        r#""logprobs":true,"top_logprobs":20"#,
+        r#""top_logprobs":0"#,
+        r#""logprobs":false"#,
+    ] {
+        chat(&format!("{{{MSG},{fields}}}")).unwrap_or_else(|e| panic!("{fields}: {e}"));
+    }
+}
+
+/// vLLM 0.32's completion and chat request models have no `best_of` (only the batch chat
+/// endpoint declares one); as an extra field it is ignored, whatever its value or type.
+#[test]
+fn best_of_is_ignored_as_vllm_0_32_ignores_it() {
+    for v in ["1", "4", "-3", "\"x\"", "null", "[1]"] {
+        completion(
+            &format!(r#"{{"prompt":"x","max_tokens":2,"best_of":{v}}}"#),
+            2048,
+        )
+        .unwrap_or_else(|e| panic!("best_of {v}: {e}"));
+        chat(&format!(r#"{{{MSG},"max_tokens":2,"best_of":{v}}}"#))
+            .unwrap_or_else(|e| panic!("best_of {v}: {e}"));
+    }
+}

@@ -41,7 +41,7 @@ impl HttpCounters {
             _ => "5xx",
         };
         let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        *m.entry((handler.to_string(), method.to_string(), class))
+        *m.entry((handler.to_string(), method_label(method).to_string(), class))
             .or_insert(0) += 1;
     }
 
@@ -63,6 +63,16 @@ impl HttpCounters {
     }
 }
 
+/// The `method` label: a method of RFC 9110 (and PATCH) as sent, anything else `OTHER`, so a
+/// client inventing method names cannot grow `/metrics` without bound (any token is a valid
+/// method on the wire, and the instrumentator labels it as is).
+fn method_label(method: &str) -> &'static str {
+    const KNOWN: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    KNOWN.into_iter().find(|m| *m == method).unwrap_or("OTHER")
+}
+
 fn escape_label(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
@@ -82,12 +92,18 @@ mod tests {
         c.record("/v1/completions", "POST", 503);
         c.record("/health", "GET", 200);
         c.record("/metrics", "GET", 200);
+        // Invented methods share one label value, however many there are.
+        for i in 0..100 {
+            c.record("/v1/completions", &format!("X{i}"), 405);
+        }
+        c.record("/v1/completions", "get", 405);
         let mut s = String::new();
         c.render_into(&mut s);
         let lines: Vec<&str> = s.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
             lines,
             [
+                r#"http_requests_total{handler="/v1/completions",method="OTHER",status="4xx"} 101.0"#,
                 r#"http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 2.0"#,
                 r#"http_requests_total{handler="/v1/completions",method="POST",status="4xx"} 1.0"#,
                 r#"http_requests_total{handler="/v1/completions",method="POST",status="5xx"} 1.0"#,

@@ -21,7 +21,10 @@
 //! `max_tokens ≤ max_model_len`; the prompt is not empty; `prompt_len ≤ max_model_len`;
 //! `prompt_len + max_tokens ≤ max_model_len`; `min_tokens ≤ max_tokens`; prompt token ids below
 //! the model's `vocab_size` (400 `"Token id N is out of vocabulary"`, N the largest). Without `max_tokens`
-//! vLLM uses `max_model_len − prompt_len`.
+//! vLLM uses `max_model_len − prompt_len`. `logprobs` / `top_logprobs` / `prompt_logprobs` get
+//! vLLM's before-validators (type, sign, `logprobs` required, none when streaming) and its
+//! `--max-logprobs` 20 ([`MAX_LOGPROBS`]); `best_of` is no field of vLLM 0.32's models and is
+//! ignored. Numbers in messages are echoed as sent, beyond i64 too (a Python int has no limit).
 //!
 //! Prompt tokens come from [`crate::tokenize`] (one token per whitespace-separated word). Chat
 //! messages are first rendered with the ChatML template of the Qwen2.5 presets
@@ -112,6 +115,7 @@ pub fn parse_and_validate(
             input: render_input(&value),
         }]));
     };
+    check_logprobs_before(endpoint, &obj)?;
     let mut issues = Vec::new();
     let mut f = Fields {
         obj: &obj,
@@ -142,6 +146,15 @@ pub fn parse_and_validate(
         f.opt_number(key);
     }
     f.opt_int("top_k");
+    let logprobs = match endpoint {
+        Endpoint::Completions => f.opt_int("logprobs"),
+        // Chat's sampling logprobs are `top_logprobs` once `logprobs` is true.
+        Endpoint::ChatCompletions => {
+            let on = f.opt_bool("logprobs").unwrap_or(false);
+            f.opt_int("top_logprobs").filter(|_| on)
+        }
+    };
+    let prompt_logprobs = f.opt_int("prompt_logprobs");
     let (include_usage, continuous_usage, has_stream_options) = f.stream_options();
     let prompt = match endpoint {
         Endpoint::Completions => f.prompt(),
@@ -161,21 +174,24 @@ pub fn parse_and_validate(
     }
     let prompt = prompt.ok_or_else(|| ApiError::bad_request("The prompt cannot be empty."))?;
 
+    // A number in a message as the client sent it (see [`int_text`]).
+    let shown = |key: &str, v: i64| obj.get(key).and_then(int_text).unwrap_or(v.to_string());
     if let Some(n) = n {
+        let text = shown("n", n);
         if n < 1 {
             return Err(ApiError::bad_request_param(
-                format!("n must be at least 1, got {n}."),
+                format!("n must be at least 1, got {text}."),
                 "n",
-                n,
+                text,
             ));
         }
         if n > 1 {
             return Err(ApiError::bad_request_param(
                 format!(
-                    "n={n} is not supported by the engine twin, which returns one choice per request; send n=1 or several requests."
+                    "n={text} is not supported by the engine twin, which returns one choice per request; send n=1 or several requests."
                 ),
                 "n",
-                n,
+                text,
             ));
         }
     }
@@ -205,9 +221,15 @@ pub fn parse_and_validate(
     };
 
     let len = u64::from(ctx.max_model_len);
-    let requested = max_completion_tokens.or(max_tokens);
+    // vLLM's TokenizeParams name the field the limit came from (chat:
+    // `max_completion_tokens` when given) and echo the number as sent, beyond i64 too.
+    let (requested, out_param) = match max_completion_tokens {
+        Some(m) => (Some(m), "max_completion_tokens"),
+        None => (max_tokens, "max_tokens"),
+    };
     if let Some(m) = requested {
         if m < 1 {
+            let m = shown(out_param, m);
             return Err(ApiError::bad_request_param(
                 format!("max_tokens must be at least 1, got {m}."),
                 "max_tokens",
@@ -215,11 +237,12 @@ pub fn parse_and_validate(
             ));
         }
         if m as u64 > len {
+            let m = shown(out_param, m);
             return Err(ApiError::bad_request_param(
                 format!(
-                    "max_tokens={m} cannot be greater than max_model_len={len}. Please request fewer output tokens."
+                    "{out_param}={m} cannot be greater than max_model_len={len}. Please request fewer output tokens."
                 ),
-                "max_tokens",
+                out_param,
                 m,
             ));
         }
@@ -260,6 +283,7 @@ pub fn parse_and_validate(
     let min_tokens = match min_tokens {
         None => 0,
         Some(v) if v < 0 => {
+            let v = shown("min_tokens", v);
             return Err(ApiError::bad_request_param(
                 format!("min_tokens must be greater than or equal to 0, got {v}."),
                 "min_tokens",
@@ -267,6 +291,7 @@ pub fn parse_and_validate(
             ));
         }
         Some(v) if v as u64 > u64::from(max_tokens) => {
+            let v = shown("min_tokens", v);
             return Err(ApiError::bad_request_param(
                 format!(
                     "min_tokens must be less than or equal to max_tokens={max_tokens}, got {v}."
@@ -277,6 +302,40 @@ pub fn parse_and_validate(
         }
         Some(v) => v as u32,
     };
+    // `SamplingParams._validate_logprobs`: a count above `--max-logprobs` (-1: the vocabulary).
+    let sample_key = match endpoint {
+        Endpoint::Completions => "logprobs",
+        Endpoint::ChatCompletions => "top_logprobs",
+    };
+    for (v, what, param, key) in [
+        (logprobs, "sample", "logprobs", sample_key),
+        (
+            prompt_logprobs,
+            "prompt",
+            "prompt_logprobs",
+            "prompt_logprobs",
+        ),
+    ] {
+        let n = match v {
+            Some(-1) => i64::from(ctx.vocab_size),
+            Some(n) => n,
+            None => 0,
+        };
+        if n > MAX_LOGPROBS {
+            let n = if v == Some(-1) {
+                n.to_string()
+            } else {
+                shown(key, n)
+            };
+            return Err(ApiError::bad_request_param(
+                format!(
+                    "Requested {what} logprobs of {n}, which is greater than max allowed: {MAX_LOGPROBS}"
+                ),
+                param,
+                n,
+            ));
+        }
+    }
     // vLLM `InputProcessor._validate_model_input`, after the serving layer's checks: the largest
     // prompt id must be below the vocabulary. Text is tokenised in-vocabulary by construction.
     if ids_given
@@ -301,6 +360,83 @@ pub fn parse_and_validate(
         continuous_usage: stream && include_usage && continuous_usage,
         seed,
     })
+}
+
+/// vLLM's default `--max-logprobs` (`ModelConfig.max_logprobs`); the twin has no such flag.
+pub const MAX_LOGPROBS: i64 = 20;
+
+/// Python's truthiness of a raw JSON value, as vLLM's `mode="before"` validators test
+/// `data.get(...)`.
+fn truthy(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+    }
+}
+
+/// vLLM's `check_logprobs` model validators (`mode="before"`: they see the raw JSON, run
+/// before field validation, and their error is the only one reported, with `param` set).
+fn check_logprobs_before(endpoint: Endpoint, obj: &Map<String, Value>) -> Result<(), ApiError> {
+    let fail = |msg: &str, param: &str| {
+        let mut e = ApiError::validation(&[ValidationIssue {
+            kind: "value_error",
+            loc: vec![],
+            msg: format!("Value error, {msg}"),
+            input: "{...}".into(),
+        }]);
+        e.param = Some(param.to_string());
+        Err(e)
+    };
+    let count = match endpoint {
+        Endpoint::Completions => "logprobs",
+        Endpoint::ChatCompletions => "top_logprobs",
+    };
+    let get = |k: &str| obj.get(k).filter(|v| !v.is_null());
+    for key in ["prompt_logprobs", count] {
+        // `isinstance(v, (int, float))`: a bool is an int in Python.
+        if get(key).is_some_and(|v| !v.is_number() && !v.is_boolean()) {
+            return fail(&format!("`{key}` must be an integer."), key);
+        }
+    }
+    let num = |k: &str| {
+        get(k).and_then(|v| match v {
+            Value::Bool(b) => Some(f64::from(u8::from(*b))),
+            v => v.as_f64(),
+        })
+    };
+    if let Some(p) = num("prompt_logprobs") {
+        if truthy(obj.get("stream")) && (p > 0.0 || p == -1.0) {
+            return fail(
+                "`prompt_logprobs` are not available when `stream=True`.",
+                "prompt_logprobs",
+            );
+        }
+        if p < 0.0 && p != -1.0 {
+            return fail(
+                "`prompt_logprobs` must be a positive value or -1.",
+                "prompt_logprobs",
+            );
+        }
+    }
+    if let Some(t) = num(count) {
+        if t < 0.0 && t != -1.0 {
+            return fail(&format!("`{count}` must be a positive value or -1."), count);
+        }
+        if endpoint == Endpoint::ChatCompletions
+            && (t == -1.0 || t > 0.0)
+            && !truthy(obj.get("logprobs"))
+        {
+            return fail(
+                "when using `top_logprobs`, `logprobs` must be set to true.",
+                "top_logprobs",
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Field readers that record pydantic-style issues instead of failing on the first one.
@@ -671,6 +807,31 @@ fn as_int(v: &Value) -> Result<i64, (&'static str, &'static str)> {
             Ok(v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
         }
         _ => Err(("int_type", "Input should be a valid integer")),
+    }
+}
+
+/// The exact decimal of an integer field as Python holds it (a Python int has no limit), for
+/// messages: [`as_int`] saturates at the i64 range, vLLM echoes the number as sent
+/// (`max_tokens=18446744073709551615 cannot be greater than …`). `None` when `v` is not an int.
+fn int_text(v: &Value) -> Option<String> {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .map(|i| i.to_string())
+            .or_else(|| n.as_u64().map(|u| u.to_string()))
+            .or_else(|| n.as_f64().map(|f| format!("{f:.0}"))),
+        Value::Bool(b) => Some(u8::from(*b).to_string()),
+        Value::String(s) => {
+            let (negative, digits) = clean_int_str(s)?;
+            let digits = digits.split('.').next().unwrap_or("0").replace('_', "");
+            let digits = digits.trim_start_matches('0');
+            let digits = if digits.is_empty() { "0" } else { digits };
+            Some(format!(
+                "{}{digits}",
+                if negative && digits != "0" { "-" } else { "" }
+            ))
+        }
+        _ => None,
     }
 }
 

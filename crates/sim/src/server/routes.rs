@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -256,14 +257,50 @@ async fn dcgm_metrics(State(tx): State<mpsc::UnboundedSender<Command>>) -> Respo
     }
 }
 
-async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+async fn completions(
+    State(s): State<Shared>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let probe = Probe::arm(&s, &headers);
     serve_completion(s, Endpoint::Completions, body, probe).await
 }
 
-async fn chat_completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+async fn chat_completions(
+    State(s): State<Shared>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let probe = Probe::arm(&s, &headers);
     serve_completion(s, Endpoint::ChatCompletions, body, probe).await
+}
+
+/// A body that could not be read (over [`BODY_LIMIT`], or broken off) in vLLM's error shape,
+/// as its `HTTPException` handler writes it (`type` is Python's reason phrase), not axum's
+/// plain-text rejection.
+fn body_error(e: &BytesRejection) -> Response {
+    let status = e.status();
+    let (kind, message) = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        (
+            "Request Entity Too Large",
+            format!(
+                "The request body is larger than the engine twin's limit of {} MiB.",
+                BODY_LIMIT >> 20
+            ),
+        )
+    } else {
+        (
+            status.canonical_reason().unwrap_or("Bad Request"),
+            format!("The request body could not be read: {e}"),
+        )
+    };
+    ApiError {
+        status,
+        message,
+        kind,
+        param: None,
+    }
+    .into_response()
 }
 
 /// A [`super::FirstChunkProbe`] armed for one request: called when its first chunk goes out.
@@ -309,9 +346,13 @@ impl Drop for AbortGuard {
 async fn serve_completion(
     s: Shared,
     endpoint: Endpoint,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
     probe: Option<Probe>,
 ) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return body_error(&e),
+    };
     let req = match protocol::parse_and_validate(endpoint, &body, &s.ctx) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
