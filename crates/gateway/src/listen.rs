@@ -138,7 +138,9 @@ mod tests {
             unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut rl) },
             0
         );
-        assert_eq!(Some(soft), u64::try_from(rl.rlim_cur).ok());
+        #[allow(clippy::useless_conversion)] // `rlim_t` is not u64 on every unix
+        let cur = u64::try_from(rl.rlim_cur).ok();
+        assert_eq!(Some(soft), cur);
         // An unlimited hard limit cannot be the soft one (the kernel caps it at nr_open).
         if rl.rlim_max != libc::RLIM_INFINITY {
             assert_eq!(rl.rlim_cur, rl.rlim_max);

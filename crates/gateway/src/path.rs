@@ -171,14 +171,15 @@ pub fn encode(path: &str) -> String {
 pub fn client_location(v: &str, prefix: &str) -> Option<String> {
     let scheme_end = v.find("://").filter(|&i| {
         i > 0
+            && v.as_bytes()[0].is_ascii_alphabetic()
             && v[..i]
                 .bytes()
                 .all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(&c))
     });
-    let rest = match (scheme_end, v.strip_prefix("//")) {
-        (Some(i), _) => Some(&v[i + 3..]),
-        (None, Some(r)) => Some(r),
-        (None, None) => None,
+    let rest = match scheme_end {
+        Some(i) => Some(&v[i + 3..]),
+        None if authority_after(v) => Some(&v[2..]),
+        None => None,
     };
     let path = match rest {
         None => v.to_string(),
@@ -188,8 +189,8 @@ pub fn client_location(v: &str, prefix: &str) -> Option<String> {
             None => "/".to_string(),
         },
     };
-    // `//host` left after the authority would be scheme-relative again.
-    if path.starts_with("//") {
+    // `//host` (or `/\\host`, which URL parsers read alike for http) would name a host again.
+    if authority_after(&path) {
         return None;
     }
     if !prefix.is_empty()
@@ -203,6 +204,49 @@ pub fn client_location(v: &str, prefix: &str) -> Option<String> {
         });
     }
     Some(path)
+}
+
+/// The properties `crates/gateway/fuzz` (target `path`) and the test loop check on any
+/// input: no panic; an accepted path is free of every refused form, its routing path is itself
+/// canonical, and its forwarded form decodes back to it; a rewritten `Location` never keeps an
+/// authority. Panics when one does not hold.
+pub fn check_properties(data: &[u8]) {
+    let Ok(raw) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(c) = canonicalise(raw) {
+        let d = c.as_str();
+        assert!(d.starts_with('/'), "{raw:?}");
+        assert!(
+            !d.bytes()
+                .any(|b| b < 0x20 || b == 0x7f || b == b'\\' || b == b'%')
+        );
+        assert!(!d[1..].split('/').any(|s| s == "." || s == ".."), "{raw:?}");
+        assert!(!d.contains("//"), "{raw:?}");
+        assert_eq!(canonicalise(&c.forward()).as_ref(), Ok(&c), "{raw:?}");
+        let r = canonicalise(c.route_path()).expect("the routing path is canonical");
+        assert_eq!(r.route_path(), c.route_path(), "{raw:?}");
+    }
+    let (prefix, loc) = raw.split_once('\n').unwrap_or(("", raw));
+    if let Some(l) = client_location(loc, prefix) {
+        assert!(!authority_after(&l), "{loc:?} -> {l:?}");
+    }
+}
+
+/// Whether `v`, as a URL reference, starts with an authority: two separators (`/` or `\\`,
+/// which the WHATWG URL parser treats alike for http), or a scheme followed by `://`.
+fn authority_after(v: &str) -> bool {
+    let b = v.as_bytes();
+    let sep = |c: Option<&u8>| matches!(c, Some(b'/' | b'\\'));
+    if sep(b.first()) && sep(b.get(1)) {
+        return true;
+    }
+    v.find("://").is_some_and(|i| {
+        b[0].is_ascii_alphabetic()
+            && v[..i]
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(&c))
+    })
 }
 
 #[cfg(test)]
@@ -278,6 +322,55 @@ mod tests {
         }
     }
 
+    /// The fuzz target's properties over inputs built from the tokens that matter (escapes of
+    /// `.`, `/`, `\\`, `%`, controls, invalid UTF-8, separators), for machines without the
+    /// nightly toolchain cargo-fuzz needs.
+    #[test]
+    fn properties_hold_on_generated_paths() {
+        const TOKENS: [&str; 24] = [
+            "/",
+            "//",
+            ".",
+            "..",
+            "%2e",
+            "%2E",
+            "%2f",
+            "%2F",
+            "%5c",
+            "\\",
+            "%25",
+            "%00",
+            "%0a",
+            "%",
+            "%4",
+            "%zz",
+            "%FF",
+            "%C3%A9",
+            "v1",
+            "chat",
+            "completions",
+            "?",
+            "http://h:1",
+            "\n/p",
+        ];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            // xorshift64: deterministic, no dependency.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..200_000 {
+            let n = 1 + next() % 8;
+            let s: String = (0..n)
+                .map(|_| TOKENS[(next() % TOKENS.len() as u64) as usize])
+                .collect();
+            check_properties(s.as_bytes());
+            check_properties(format!("/{s}").as_bytes());
+        }
+    }
+
     #[test]
     fn locations_lose_the_upstreams_address() {
         for (v, prefix, want) in [
@@ -299,6 +392,9 @@ mod tests {
             ("/vllm", "/vllm", Some("/")),
             ("/vllmx/v1", "/vllm", Some("/vllmx/v1")),
             ("http://h//evil.example/x", "", None),
+            ("/\\evil.example/x", "", Some("/x")),
+            ("\\\\evil.example/x", "", Some("/x")),
+            ("http://h/\\evil.example", "", None),
             ("models", "", Some("models")),
         ] {
             assert_eq!(client_location(v, prefix).as_deref(), want, "{v}");
