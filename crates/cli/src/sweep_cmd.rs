@@ -74,7 +74,15 @@ pub struct SweepArgs {
     /// same prompts, which an engine's prefix cache may still hold from the last run.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// HF tokenizer.json for exact prompt token counts.
+    /// Sweep only this phase: one class of the workload, or `mix` (default: every class, then
+    /// their mix). Reruns one class whose levels could not reach a verdict.
+    #[arg(long, value_name = "NAME")]
+    pub class: Option<String>,
+    /// Exit with status 3 when a phase's capacity is below LOAD (or none passed): a CI gate.
+    #[arg(long, value_name = "LOAD")]
+    pub fail_below: Option<f64>,
+    /// HF tokenizer.json for exact prompt token counts (default: sized by the server's own
+    /// tokenizer through its /tokenize, or usage).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Run directory (default: runs/<UTC date>T<time>Z, e.g. runs/20261129T215726Z).
@@ -252,6 +260,17 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         None => None,
     };
     let plans: Vec<ClassPlan> = ClassPlan::from_workload(&workload, tokenizer.clone())?;
+    if let Some(c) = &args.class {
+        let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
+        let known = names.contains(&c.as_str()) || (c == "mix" && names.len() > 1);
+        if !known {
+            bail!(
+                "--class {c}: the workload has no such phase; expected one of {}{}",
+                names.join(", "),
+                if names.len() > 1 { ", mix" } else { "" }
+            );
+        }
+    }
 
     // The target: given, or the embedded twin.
     let mut embedded = None;
@@ -441,6 +460,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         scrape_interval,
         run_dir: run_dir.clone(),
         seed,
+        only_phase: args.class.clone(),
     };
     let manifest = Manifest {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -566,9 +586,46 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     if let Some(e) = &log.error {
         bail!("could not write the run directory: {e}");
     }
+    // No capacity in any phase is not a result a script should read as success; with
+    // --fail-below, any phase under the floor (or with none) fails.
+    let none_anywhere =
+        !result.phases.is_empty() && result.phases.iter().all(|p| p.capacity.is_none());
+    let short: Vec<String> = result
+        .phases
+        .iter()
+        .filter(|p| match (p.capacity, args.fail_below) {
+            (None, Some(_)) => true,
+            (None, None) => none_anywhere,
+            (Some(c), Some(floor)) => c < floor,
+            (Some(_), None) => false,
+        })
+        .map(|p| {
+            format!(
+                "{} ({})",
+                p.name,
+                p.capacity.map_or("none passed".into(), |c| {
+                    headroom_report::fmt_load(c, p.mode)
+                })
+            )
+        })
+        .collect();
+    if !short.is_empty() && !cancel.is_cancelled() {
+        eprintln!(
+            "headroom: {}: {}",
+            match args.fail_below {
+                Some(f) => format!(
+                    "capacity below --fail-below {}",
+                    headroom_core::slo::fmt_num(f)
+                ),
+                None => "no capacity found".into(),
+            },
+            short.join(", ")
+        );
+    }
     Ok(match &result.status {
         _ if cancel.is_cancelled() => 130,
         headroom_core::run::RunStatus::Stopped { .. } => 1,
+        _ if !short.is_empty() => 3,
         _ => 0,
     })
 }

@@ -117,9 +117,69 @@ pub struct ObjectiveResult {
     pub samples: u64,
     /// Why, for FAIL and INCONCLUSIVE (and the source of the figure: client or server).
     pub reason: String,
+    /// The count behind a verdict judged by its share of bad samples (observations above a
+    /// latency threshold, errors among finished requests), when it was: what makes the verdict
+    /// certain or borderline, and what `compare` tests a difference on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<BadShare>,
 }
 
+/// `bad` of `n` independent samples exceeded the objective, which allows the share `allowed`;
+/// the verdict is certain when the 95 % Wilson interval of `bad / n` lies wholly on one side.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BadShare {
+    /// Samples above the threshold (latency) or errors + aborts (error rate).
+    pub bad: u64,
+    /// Independent samples (requests, for ITL whose gaps cluster by request).
+    pub n: u64,
+    /// Share of bad samples the objective allows (0.05 for a p95; the ratio for errors).
+    pub allowed: f64,
+}
+
+impl BadShare {
+    /// The 95 % Wilson interval of the bad share.
+    pub fn interval(&self) -> (f64, f64) {
+        crate::stats::wilson_interval(self.bad, self.n, crate::stats::Z_95)
+    }
+
+    /// Whether the interval decides the objective either way.
+    pub fn is_certain(&self) -> bool {
+        crate::stats::decide(self.bad, self.n, self.allowed) != crate::stats::Decision::Undecided
+    }
+
+    /// Samples at which the same share would be certain ([`crate::stats::samples_to_decide`]).
+    pub fn samples_to_decide(&self) -> Option<u64> {
+        crate::stats::samples_to_decide(self.bad, self.n, self.allowed)
+    }
+}
+
+/// The words a judge ends a reason with before the window's end when the 95 % interval does not
+/// decide the objective yet: the sweep may measure longer to decide it.
+pub const UNDECIDED_SO_FAR: &str = "undecided so far";
+
+/// The words a judge writes into a PASS or FAIL its 95 % interval did not decide (the point
+/// estimate did): such a verdict is within noise of the threshold, and a rerun may flip it.
+pub const BORDERLINE: &str =
+    "borderline (95 % interval straddles the target), decided by the point estimate";
+
 impl ObjectiveResult {
+    /// A PASS or FAIL decided by the point estimate, within noise of the threshold
+    /// ([`BORDERLINE`]).
+    pub fn is_borderline(&self) -> bool {
+        self.verdict != Verdict::Inconclusive
+            && match &self.share {
+                Some(s) => !s.is_certain(),
+                // Results written before the share was recorded.
+                None => self.reason.contains(BORDERLINE),
+            }
+    }
+
+    /// The same result with the count behind it recorded.
+    pub fn with_share(mut self, bad: u64, n: u64, allowed: f64) -> ObjectiveResult {
+        self.share = Some(BadShare { bad, n, allowed });
+        self
+    }
+
     /// The reason's first clause, at most about 60 characters: what a terminal line can carry
     /// (`prompts 40 % shorter than specified`, `client and server disagree on finished requests`).
     pub fn short_reason(&self) -> String {
@@ -178,6 +238,7 @@ impl ObjectiveResult {
             verdict,
             samples,
             reason,
+            share: None,
         }
     }
 
@@ -200,7 +261,12 @@ impl ObjectiveResult {
         use crate::stats::{Decision, decide};
         let r = |v, why: String| {
             let observed = (n > 0).then(|| bad as f64 / n as f64);
-            ObjectiveResult::new(objective, max_ratio, observed, v, n, why)
+            let o = ObjectiveResult::new(objective, max_ratio, observed, v, n, why);
+            if n > 0 {
+                o.with_share(bad, n, max_ratio)
+            } else {
+                o
+            }
         };
         if n == 0 {
             return r(
@@ -211,7 +277,10 @@ impl ObjectiveResult {
         match decide(bad, n, max_ratio) {
             Decision::BreachCertain => r(Verdict::Fail, format!("{share}; breach certain at 95 %")),
             Decision::PassCertain => r(Verdict::Pass, share),
-            Decision::Undecided if !final_window => r(Verdict::Inconclusive, share),
+            Decision::Undecided if !final_window => r(
+                Verdict::Inconclusive,
+                format!("{share}; {UNDECIDED_SO_FAR}"),
+            ),
             Decision::Undecided if n < MIN_REQUESTS_FOR_ERROR_RATE => r(
                 Verdict::Inconclusive,
                 format!("{share}; fewer than {MIN_REQUESTS_FOR_ERROR_RATE} finished requests"),
@@ -222,12 +291,7 @@ impl ObjectiveResult {
                 } else {
                     Verdict::Fail
                 };
-                r(
-                    v,
-                    format!(
-                        "{share}; decided by the point estimate (95 % interval straddles the target)"
-                    ),
-                )
+                r(v, format!("{share}; {BORDERLINE}"))
             }
         }
     }
@@ -493,6 +557,10 @@ pub struct PhaseResult {
     pub first_fail: Option<f64>,
     /// Objective that broke first (at `first_fail`), by id.
     pub first_breach: Option<String>,
+    /// The capacity with its uncertainty, from the certainty of each level's verdict (absent in
+    /// results written before it existed; [`PhaseResult::capacity_band`] recomputes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_band: Option<CapacityBand>,
     /// How the search ended (resolution reached, limit hit, interrupted).
     pub search_note: String,
 }
@@ -528,7 +596,82 @@ pub struct Headroom {
     pub ratio: f64,
 }
 
+/// Where a phase's capacity lies, given how certain each level's verdict was: at least the
+/// highest load that passed with a certain verdict, below the lowest load that failed with one.
+/// Levels between them, or decided by a point estimate, are within noise of an objective.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityBand {
+    /// Highest load whose PASS was certain (every objective's 95 % interval on the good side).
+    pub low: Option<f64>,
+    /// Lowest load above `low` whose FAIL was certain (some objective's interval wholly beyond).
+    pub high: Option<f64>,
+    /// Loads whose verdict a point estimate decided, ascending.
+    pub borderline: Vec<f64>,
+}
+
+impl LevelResult {
+    /// Whether the level's verdict is certain at 95 %: a PASS with no objective borderline, or a
+    /// FAIL with at least one objective failing for certain. INCONCLUSIVE is never certain.
+    pub fn verdict_is_certain(&self) -> bool {
+        match self.verdict {
+            Verdict::Pass => !self.objectives.iter().any(ObjectiveResult::is_borderline),
+            Verdict::Fail => self
+                .objectives
+                .iter()
+                .any(|o| o.verdict == Verdict::Fail && !o.is_borderline()),
+            Verdict::Inconclusive => false,
+        }
+    }
+
+    /// The borderline objective that keeps the level's verdict from being certain: of those
+    /// with the level's verdict, the one furthest from certainty (most samples to decide it;
+    /// within noise of its threshold first).
+    pub fn deciding_borderline(&self) -> Option<&ObjectiveResult> {
+        if self.verdict_is_certain() {
+            return None;
+        }
+        self.objectives
+            .iter()
+            .filter(|o| o.is_borderline() && o.verdict == self.verdict)
+            .max_by_key(|o| {
+                o.share
+                    .as_ref()
+                    .map_or(u64::MAX, |s| s.samples_to_decide().unwrap_or(u64::MAX))
+            })
+    }
+}
+
 impl PhaseResult {
+    /// The capacity with its uncertainty ([`CapacityBand`]).
+    pub fn capacity_band(&self) -> CapacityBand {
+        let low = self
+            .levels
+            .iter()
+            .filter(|l| l.verdict == Verdict::Pass && l.verdict_is_certain())
+            .map(|l| l.load)
+            .reduce(f64::max);
+        let high = self
+            .levels
+            .iter()
+            .filter(|l| l.verdict == Verdict::Fail && l.verdict_is_certain())
+            .map(|l| l.load)
+            .filter(|x| low.is_none_or(|lo| *x > lo))
+            .reduce(f64::min);
+        let mut borderline: Vec<f64> = self
+            .levels
+            .iter()
+            .filter(|l| l.verdict != Verdict::Inconclusive && !l.verdict_is_certain())
+            .map(|l| l.load)
+            .collect();
+        borderline.sort_by(f64::total_cmp);
+        borderline.dedup();
+        CapacityBand {
+            low,
+            high,
+            borderline,
+        }
+    }
+
     /// The level at the phase's capacity, if any passed.
     pub fn operating_level(&self) -> Option<&LevelResult> {
         let cap = self.capacity?;
@@ -620,6 +763,7 @@ mod tests {
             objectives: observed
                 .iter()
                 .map(|(id, obs, thr)| ObjectiveResult {
+                    share: None,
                     id: (*id).into(),
                     description: (*id).into(),
                     threshold: *thr,
@@ -767,6 +911,7 @@ mod tests {
             capacity: Some(12.0),
             first_fail: Some(16.0),
             first_breach: Some("ttft_p95".into()),
+            capacity_band: None,
             search_note: String::new(),
         };
         let h = p.headroom();

@@ -53,6 +53,41 @@ pub fn decide(bad: u64, n: u64, allowed: f64) -> Decision {
     }
 }
 
+/// Samples at which the same observed share `bad / n` would decide an objective against
+/// `allowed` at 95 % (the Wilson interval wholly on one side), searched up to 10⁹; `None` when
+/// the share equals `allowed` (no sample size decides it) or `n` is 0. At most `n` when the
+/// sample already decides it. For 0 bad of any `n` against 5 % this is 73 (z²·0.95/0.05 ≈ 73).
+pub fn samples_to_decide(bad: u64, n: u64, allowed: f64) -> Option<u64> {
+    if n == 0 {
+        return None;
+    }
+    let p = bad as f64 / n as f64;
+    if (p - allowed).abs() < 1e-12 {
+        return None;
+    }
+    let decided = |m: u64| {
+        let k = (p * m as f64).round() as u64;
+        decide(k, m, allowed) != Decision::Undecided
+    };
+    if decided(n) {
+        return Some(n);
+    }
+    let (mut lo, mut hi) = (n, n.max(1));
+    while !decided(hi) {
+        lo = hi;
+        hi = hi.saturating_mul(2);
+        if hi > 1_000_000_000 {
+            return None;
+        }
+    }
+    // decided(hi), not decided(lo): bisect (rounding of k makes this near-monotone).
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if decided(mid) { hi = mid } else { lo = mid }
+    }
+    Some(hi)
+}
+
 /// Fewest observations for which the `percentile`-th percentile is an observation rather than an
 /// extrapolation beyond the largest one: `ceil(1 / (1 − p/100))`, e.g. 20 for p95, 100 for p99.
 pub fn min_samples_for_percentile(percentile: f64) -> u64 {
@@ -66,6 +101,22 @@ pub fn min_samples_for_percentile(percentile: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// By hand: 0 of n against 5 % is certain once z²/(n + z²) ≤ 0.05, n ≥ 19·z² = 72.99 → 73;
+    /// a share equal to the target is never decided; an already certain sample needs no more.
+    #[test]
+    fn samples_to_decide_by_hand() {
+        assert_eq!(samples_to_decide(0, 33, 0.05), Some(73));
+        assert_eq!(samples_to_decide(0, 200, 0.05), Some(200));
+        assert_eq!(samples_to_decide(5, 100, 0.05), None);
+        assert_eq!(samples_to_decide(1, 0, 0.05), None);
+        let m = samples_to_decide(6, 100, 0.05).unwrap();
+        assert_eq!(
+            decide((0.06 * m as f64).round() as u64, m, 0.05),
+            Decision::BreachCertain
+        );
+        assert!(m > 1000, "{m}");
+    }
 
     #[test]
     fn wilson_matches_published_values() {

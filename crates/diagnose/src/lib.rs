@@ -659,6 +659,7 @@ mod drift_tests {
 
     fn row(v: Verdict) -> ObjectiveResult {
         ObjectiveResult {
+            share: None,
             id: "ttft_p95".into(),
             description: "TTFT p95 < 300 ms".into(),
             threshold: 0.3,

@@ -1747,6 +1747,7 @@ mod tests {
     /// An objective result by hand: `id`, threshold and observed value in seconds, verdict.
     fn obj(id: &str, threshold: f64, observed: f64, verdict: Verdict) -> ObjectiveResult {
         ObjectiveResult {
+            share: None,
             id: id.to_owned(),
             description: id.to_owned(),
             threshold,

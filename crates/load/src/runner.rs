@@ -939,7 +939,7 @@ pub async fn run_level_with(
 /// `n` such requests, the first one's `message`, and what to do.
 fn client_limit_abort(n: u64, message: &str) -> String {
     format!(
-        "the client, not the server, failed {n} request(s): {message}. The load offered was less than asked and the server saw none of them, so the level has no verdict; raise the client's open-file limit (ulimit -n, LimitNOFILE= under systemd, --ulimit nofile= in Docker), widen net.ipv4.ip_local_port_range, or offer less load per client"
+        "the client, not the server, failed {n} request(s): {message}. The load offered was less than asked and the server saw none of them, so the level has no verdict; raise the client's open-file limit (ulimit -n, LimitNOFILE= under systemd, docker run's ulimit option nofile=), widen net.ipv4.ip_local_port_range, or offer less load per client"
     )
 }
 
@@ -1087,7 +1087,7 @@ pub fn stall_warning(rec: &LevelRecording) -> Option<String> {
     }
     let why = match rec.mode {
         headroom_core::run::LoadMode::Concurrency => {
-            "a closed loop waits with a stalled server, so its percentiles can hide the stall; check the server for a pause (a GC pause, a restart, a stuck engine step) and measure it in open loop (--rate), where requests keep arriving during a stall"
+            "a closed loop waits with a stalled server, so its percentiles can hide the stall; check the server for a pause (a GC pause, a restart, a stuck engine step) and measure it in open loop (`load: {mode: rate}` in the workload), where requests keep arriving during a stall"
         }
         headroom_core::run::LoadMode::Rate => {
             "requests that arrived during it waited, so the latencies include it; check the server for a pause (a GC pause, a restart, a stuck engine step)"

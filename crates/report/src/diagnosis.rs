@@ -373,6 +373,7 @@ mod tests {
                 verdict: Verdict::Fail,
                 refused: vec![],
                 objectives: vec![ObjectiveResult {
+                    share: None,
                     id: "ttft_p95".into(),
                     description: "TTFT p95 < 300 ms".into(),
                     threshold: 0.3,

@@ -279,6 +279,7 @@ pub(crate) mod testdata {
             goodput_per_s: Some(3.5),
             tokens: TokenCounts::default(),
             objectives: vec![ObjectiveResult {
+                share: None,
                 id: "ttft_p95".into(),
                 description: "TTFT p95 < 300 ms".into(),
                 threshold: 0.3,
@@ -311,6 +312,7 @@ pub(crate) mod testdata {
                 capacity: Some(8.0),
                 first_fail: Some(16.0),
                 first_breach: Some("ttft_p95".into()),
+                capacity_band: None,
                 search_note: "bracketed".into(),
             }],
             warnings: vec!["client CPU high".into()],

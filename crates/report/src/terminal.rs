@@ -2,7 +2,8 @@
 //! objective to break and the headroom at the operating point.
 
 use crate::{fmt_load, fmt_objective_value};
-use headroom_core::run::{RunResult, RunStatus};
+use headroom_core::Verdict;
+use headroom_core::run::{PhaseResult, RunResult, RunStatus};
 use headroom_core::slo::fmt_num;
 
 /// Renders the capacity table and warnings as plain text (no colour codes).
@@ -13,10 +14,16 @@ pub fn render(run: &RunResult) -> String {
         .phases
         .iter()
         .map(|p| {
-            let cap = p
-                .capacity
-                .map(|c| fmt_load(c, p.mode))
-                .unwrap_or_else(|| "none passed".into());
+            let cap = match (p.capacity, p.operating_level()) {
+                (Some(c), Some(l)) if !l.verdict_is_certain() => {
+                    match p.capacity_band().low.filter(|lo| *lo < c) {
+                        Some(lo) => format!("{}–{}", fmt_num(lo), fmt_load(c, p.mode)),
+                        None => format!("≤ {} (borderline)", fmt_load(c, p.mode)),
+                    }
+                }
+                (Some(c), _) => fmt_load(c, p.mode),
+                (None, _) => "none passed".into(),
+            };
             let breach = match (&p.first_breach, p.first_fail) {
                 (Some(b), Some(f)) => p
                     .levels
@@ -100,6 +107,11 @@ pub fn render(run: &RunResult) -> String {
             ));
         }
     }
+    for p in &run.phases {
+        if let Some(line) = uncertainty_line(p) {
+            out.push_str(&format!("\n{line}"));
+        }
+    }
     out.push('\n');
     if let RunStatus::Stopped { reason } = &run.status {
         out.push_str(&format!(
@@ -113,6 +125,52 @@ pub fn render(run: &RunResult) -> String {
         }
     }
     out
+}
+
+/// What the capacity's uncertainty is, when there is some to tell: `mix: capacity 112–160
+/// concurrent: ITL p95 is within noise of 50 ms at 160 (a borderline PASS); certain FAIL at 192`,
+/// or, for a phase whose levels were all short of samples, the flag that would settle it.
+fn uncertainty_line(p: &PhaseResult) -> Option<String> {
+    let band = p.capacity_band();
+    if let (Some(cap), Some(level)) = (p.capacity, p.operating_level())
+        && let Some(o) = level.deciding_borderline()
+    {
+        let range = match band.low.filter(|lo| *lo < cap) {
+            Some(lo) => format!("{}–{}", fmt_num(lo), fmt_load(cap, p.mode)),
+            None => format!("at most {}", fmt_load(cap, p.mode)),
+        };
+        let sig = o.description.split(" < ").next().unwrap_or(&o.id);
+        let fail = band
+            .high
+            .map(|h| format!("; certain FAIL at {}", fmt_load(h, p.mode)))
+            .unwrap_or_default();
+        let thr = fmt_objective_value(&o.id, o.threshold);
+        let at = fmt_load(cap, p.mode);
+        // Too few samples to be sure of a clear figure, or a figure at the threshold itself:
+        // the first a longer window settles, the second no window will.
+        let why = match o.share.as_ref().map(|s| (s, s.samples_to_decide())) {
+            Some((s, Some(need))) if need <= 10 * s.n.max(1) => format!(
+                "{sig} passed with {} of {} samples above {thr}, too few to be certain; about {need} would be (a --measure {:.1}× longer)",
+                s.bad,
+                s.n,
+                need as f64 / s.n.max(1) as f64
+            ),
+            _ => format!("{sig} is within noise of {thr} at {at} (a borderline PASS)"),
+        };
+        return Some(format!("{}: capacity {range}: {why}{fail}", p.name));
+    }
+    let all_short = !p.levels.is_empty()
+        && p.levels.iter().all(|l| {
+            l.verdict == Verdict::Inconclusive
+                && l.objectives.iter().any(|o| o.sample_shortfall().is_some())
+        });
+    if p.capacity.is_none() && all_short {
+        return Some(format!(
+            "{}: no level gathered the samples a verdict needs; a longer window (e.g. --measure 2m) or a higher --start would",
+            p.name
+        ));
+    }
+    None
 }
 
 /// A headroom ratio (`threshold / observed`): as `fmt_num`, with more decimals (up to 4) when
@@ -174,6 +232,64 @@ mod tests {
         assert_eq!(super::fmt_ratio(1.00001), "1");
         assert_eq!(super::fmt_ratio(3.0), "3");
         assert_eq!(super::fmt_ratio(f64::INFINITY), "∞");
+    }
+
+    /// A capacity decided by a point estimate is a band, not a number: certain PASS at 4, a
+    /// borderline PASS at 8 (TTFT p95 within noise of 300 ms), a certain FAIL at 16.
+    #[test]
+    fn a_borderline_capacity_is_shown_as_a_band() {
+        let mut run = crate::testdata::run();
+        let p = &mut run.phases[0];
+        p.levels[1].objectives[0].reason = format!(
+            "15 of 300 above the threshold; {}",
+            headroom_core::run::BORDERLINE
+        );
+        p.levels[1].objectives[0].observed = Some(0.299);
+        let band = p.capacity_band();
+        assert_eq!(
+            (band.low, band.high, band.borderline.as_slice()),
+            (Some(4.0), Some(16.0), &[8.0][..])
+        );
+        let s = super::render(&run);
+        assert!(s.contains("4–8 concurrent"), "{s}");
+        assert!(
+            s.contains(
+                "chat <&>: capacity 4–8 concurrent: TTFT p95 is within noise of 300 ms at 8 concurrent (a borderline PASS); certain FAIL at 16 concurrent"
+            ),
+            "{s}"
+        );
+        // A clear figure on too few samples: the count says how many would settle it.
+        run.phases[0].levels[1].objectives[0] = run.phases[0].levels[1].objectives[0]
+            .clone()
+            .with_share(0, 33, 0.05);
+        let s = super::render(&run);
+        assert!(
+            s.contains("TTFT p95 passed with 0 of 33 samples above 300 ms, too few to be certain; about 73 would be (a --measure 2.2× longer)"),
+            "{s}"
+        );
+        run.phases[0].levels[1].objectives[0].share = None;
+        // With no certain pass below it, the capacity is an upper bound.
+        run.phases[0].levels[0].objectives[0].reason =
+            format!("1 of 40 above; {}", headroom_core::run::BORDERLINE);
+        let s = super::render(&run);
+        assert!(s.contains("≤ 8 concurrent (borderline)"), "{s}");
+        assert!(s.contains("capacity at most 8 concurrent"), "{s}");
+    }
+
+    /// A phase whose every level lacked samples says which flag would settle it.
+    #[test]
+    fn a_phase_short_of_samples_everywhere_names_the_flag() {
+        let mut run = crate::testdata::run();
+        let p = &mut run.phases[0];
+        for l in &mut p.levels {
+            l.verdict = headroom_core::Verdict::Inconclusive;
+            l.objectives[0].verdict = headroom_core::Verdict::Inconclusive;
+            l.objectives[0].samples = 2;
+        }
+        p.capacity = None;
+        p.first_fail = None;
+        let s = super::render(&run);
+        assert!(s.contains("--measure 2m"), "{s}");
     }
 
     #[test]

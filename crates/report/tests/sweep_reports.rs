@@ -20,6 +20,7 @@ fn summary(count: u64, p50: f64, p90: f64, p95: f64, p99: f64) -> LatencySummary
 
 fn objective(id: &str, description: &str, threshold: f64, observed: f64) -> ObjectiveResult {
     ObjectiveResult {
+        share: None,
         id: id.into(),
         description: description.into(),
         threshold,
@@ -165,6 +166,7 @@ fn run() -> RunResult {
                 capacity: None,
                 first_fail: Some(128.0),
                 first_breach: Some("error_rate".into()),
+                capacity_band: None,
                 search_note: "bracketed".into(),
             },
             PhaseResult {
@@ -175,6 +177,7 @@ fn run() -> RunResult {
                 capacity: Some(32.0),
                 first_fail: Some(64.0),
                 first_breach: Some("long/error_rate".into()),
+                capacity_band: None,
                 search_note: "bracketed".into(),
             },
         ],

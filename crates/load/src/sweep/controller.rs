@@ -54,6 +54,8 @@ pub struct SweepSettings {
     pub run_dir: PathBuf,
     /// Base seed; each level derives its own.
     pub seed: u64,
+    /// Run only this phase (a class name, or `mix`); `None`: every class, then the mix.
+    pub only_phase: Option<String>,
 }
 
 /// Progress callbacks (the CLI draws bars; tests record).
@@ -175,7 +177,11 @@ impl Sweep<'_> {
         };
         let mut level_index: u32 = 0;
         let mut stop_reason: Option<String> = None;
-        'phases: for phase in phases(self.plans) {
+        let only = self.settings.only_phase.as_deref();
+        'phases: for phase in phases(self.plans)
+            .into_iter()
+            .filter(|p| only.is_none_or(|o| p.name == o))
+        {
             let mut search = Search::new(self.settings.plan.clone());
             run.phases.push(PhaseResult {
                 name: phase.name.clone(),
@@ -189,6 +195,7 @@ impl Sweep<'_> {
                 capacity: None,
                 first_fail: None,
                 first_breach: None,
+                capacity_band: None,
                 search_note: String::new(),
             });
             while let Some(load) = search.next_level() {
@@ -638,6 +645,34 @@ fn early_stop_check(
         // enough samples an undecided objective is settled by its point estimate.)
         // A request is recorded when it ends, but every request started in the window will
         // give one TTFT (and queue-time) sample: count those for per-request objectives.
+        // An objective whose 95 % interval still straddles its target gets up to the longest
+        // window: more samples narrow the interval, and a verdict a rerun would repeat is worth
+        // the time; past it the point estimate decides and the level is labelled borderline.
+        // Only while the samples the same share needs to be certain can arrive in time (a share
+        // at the threshold itself never becomes certain).
+        let borderline_until = measure_max;
+        let growth = borderline_until.as_secs_f64() / elapsed.as_secs_f64().max(1e-3);
+        if elapsed < borderline_until
+            && results.iter().any(|r| {
+                // Every request started in the window gives one TTFT (and queue-time) sample,
+                // although it is recorded when it ends.
+                let per_request = r.id.contains("ttft") || r.id.contains("queue_time");
+                r.verdict == Verdict::Inconclusive
+                    && r.share.is_some_and(|s| {
+                        let n = if per_request {
+                            s.n.max(rec.started)
+                        } else {
+                            s.n
+                        };
+                        n >= r.needed_samples()
+                            && !s.is_certain()
+                            && s.samples_to_decide()
+                                .is_some_and(|need| need as f64 <= n as f64 * growth)
+                    })
+            })
+        {
+            return false;
+        }
         let max_s = measure_max.as_secs_f64();
         let el = elapsed.as_secs_f64().max(1e-3);
         !results.iter().any(|r| {
@@ -689,6 +724,7 @@ fn queue_bound_by_ttft(
     };
     let r = evaluate(&[proxy], &ev, final_window).pop()?;
     (r.verdict == Verdict::Pass).then(|| ObjectiveResult {
+        share: None,
         id: o.id(),
         description: o.describe(),
         threshold: *threshold_s,
@@ -1166,6 +1202,7 @@ fn level_is_dead(l: &LevelResult) -> bool {
 
 fn update_phase(p: &mut PhaseResult, s: &Search) {
     p.capacity = s.capacity();
+    p.capacity_band = Some(p.capacity_band());
     p.first_fail = s.first_fail();
     p.first_breach = p.first_fail.and_then(|f| {
         let l = p.levels.iter().find(|l| (l.load - f).abs() < 1e-9)?;
@@ -1299,6 +1336,7 @@ pub(crate) mod tests {
             objectives: vec![ttft.clone(), queue.clone()],
         };
         let row = |id: &str, v: Verdict| ObjectiveResult {
+            share: None,
             id: id.into(),
             description: String::new(),
             threshold: 0.3,
@@ -1328,6 +1366,7 @@ pub(crate) mod tests {
         let objectives: Vec<ObjectiveResult> = verdicts
             .iter()
             .map(|(id, v)| ObjectiveResult {
+                share: None,
                 id: (*id).into(),
                 description: (*id).into(),
                 threshold: 0.3,

@@ -219,7 +219,7 @@ fn latency_with_units(
         }
         _ => (bad, n),
     };
-    match decide(bad_eff, n_eff, allowed) {
+    let r = match decide(bad_eff, n_eff, allowed) {
         Decision::BreachCertain => ObjectiveResult::new(
             o,
             thr_s,
@@ -237,7 +237,7 @@ fn latency_with_units(
             Some(observed),
             Verdict::Inconclusive,
             n,
-            format!("{share}; undecided so far"),
+            format!("{share}; {}", headroom_core::run::UNDECIDED_SO_FAR),
         ),
         // The minimum counts independent samples, as the interval does: ITL gaps of two
         // requests are two samples, not hundreds (an ITL p95 passed on 2 requests while the
@@ -268,12 +268,11 @@ fn latency_with_units(
                 Some(observed),
                 v,
                 n,
-                format!(
-                    "{share}; borderline (95 % interval straddles the target), decided by the point estimate"
-                ),
+                format!("{share}; {}", headroom_core::run::BORDERLINE),
             )
         }
-    }
+    };
+    r.with_share(bad_eff, n_eff, allowed)
 }
 
 fn error_rate(

@@ -87,6 +87,7 @@ mod sweep_runs {
             scrape_interval: Duration::from_secs(2),
             run_dir: dir.to_path_buf(),
             seed: 1,
+            only_phase: None,
         }
     }
 
@@ -104,7 +105,16 @@ mod sweep_runs {
         cancel: CancellationFlag,
         partials: &Mutex<Vec<RunResult>>,
     ) -> RunResult {
-        let p = plans("concurrency");
+        sweep_plans(target, &plans("concurrency"), s, cancel, partials).await
+    }
+
+    async fn sweep_plans(
+        target: &Target,
+        p: &[crate::prompt::ClassPlan],
+        s: &SweepSettings,
+        cancel: CancellationFlag,
+        partials: &Mutex<Vec<RunResult>>,
+    ) -> RunResult {
         let slo = slo();
         let on_result = |r: &RunResult| {
             partials.lock().unwrap().push(r.clone());
@@ -112,7 +122,7 @@ mod sweep_runs {
         };
         Sweep {
             target,
-            plans: &p,
+            plans: p,
             slo: &slo,
             settings: s,
             cancel,
@@ -302,6 +312,26 @@ mod sweep_runs {
             "{:?}",
             r.status
         );
+    }
+
+    /// `only_phase` runs that phase alone (a class, or the mix).
+    #[tokio::test]
+    async fn only_phase_sweeps_one_phase() {
+        let stub = StubServer::start(StubConfig::default()).unwrap();
+        let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+        let text = "load: {mode: concurrency}\nclasses:\n  - {name: a, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n  - {name: b, endpoint: chat, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n";
+        let w =
+            crate::workload::Workload::parse(text, Path::new("w.yaml"), Path::new(".")).unwrap();
+        let p = crate::prompt::ClassPlan::from_workload(&w, None).unwrap();
+        for only in ["b", "mix"] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = settings(dir.path(), &[1.0]);
+            s.only_phase = Some(only.into());
+            let partials = Mutex::new(Vec::new());
+            let r = sweep_plans(&t, &p, &s, CancellationFlag::new(), &partials).await;
+            let names: Vec<&str> = r.phases.iter().map(|p| p.name.as_str()).collect();
+            assert_eq!(names, [only]);
+        }
     }
 
     /// Prompts the server counts at about twice their request (uncalibrated words against a
