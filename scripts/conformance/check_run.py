@@ -26,6 +26,13 @@
         decided verdict, not INCONCLUSIVE), manifest.json records the calibration; and,
         independently of Headroom's counting, for each --server-mean the class's own phase has
         Δ vllm:prompt_tokens_total / Δ requests finished = TOKENS exactly (fixed-size prompts).
+      [--llamacpp-prompt CLASS=TOKENS[~REL]]...
+        The same independent check for llama.cpp's llama-server, which has neither a request
+        counter nor a prompt-token counter that includes its prompt cache: for the class's phase,
+        Δ(llamacpp:prompt_tokens_total + llamacpp:prompt_tokens_cached_total) between the level's
+        first and last saved scrapes = TOKENS × every request of the level that ended
+        (level_outcomes: warm-up, window and drain), all of which must be `length` (ignore_eos);
+        exactly, or with ~REL within that relative tolerance (e.g. chatty=96~0.02).
 Exit status 1 with one line per failed check.
 """
 import argparse
@@ -128,8 +135,33 @@ def findings(run, expect, forbid, rows_agree=False):
     return fails
 
 
-def sizes(run, within, verdict, server_means):
+def llamacpp_prompt(run, name, lv, tokens):
+    """--llamacpp-prompt: the server's own prompt-token counters against TOKENS × requests."""
+    sc = lv["server"]["scrapes"] if lv.get("server") else []
+    if len(sc) < 2:
+        return [f"{name}: {len(sc)} saved scrapes, need the level's first and last"]
+    a = promtext.load(os.path.join(run, sc[0]))
+    b = promtext.load(os.path.join(run, sc[-1]))
+    d = lambda n: b.value(n) - a.value(n)
+    processed, cached = d("llamacpp:prompt_tokens_total"), d("llamacpp:prompt_tokens_cached_total")
+    ended = lv.get("level_outcomes") or {}
+    n = sum(ended.values())
+    if set(ended) != {"length"}:
+        return [f"{name}: level outcomes {ended}, expected every request `length` (ignore_eos)"]
+    tokens, _, rel = tokens.partition("~")
+    want, rel = int(tokens) * n, float(rel or 0)
+    got = processed + cached
+    each = f"{int(processed)} processed + {int(cached)} cached = {int(got)} over {n} requests ({got / max(n, 1):.3f} each)"
+    if n <= 0 or abs(got - want) > rel * want:
+        return [f"{name}: Δ llamacpp prompt tokens {each}, expected {tokens} each"
+                + (f" within {rel:g}" if rel else " exactly")]
+    print(f"  {name}: server Δprompt_tokens {each}: " + (f"within {rel:g} of {tokens}" if rel else f"= {tokens} × {n}"))
+    return []
+
+
+def sizes(run, within, verdict, server_means, llamacpp_prompts=()):
     fails, checked = [], 0
+    want_llama = dict(m.split("=", 1) for m in llamacpp_prompts)
     with open(os.path.join(run, "manifest.json"), encoding="utf-8") as f:
         cal = json.load(f).get("prompt_calibration")
     if not cal or cal.get("method", {}).get("kind") in (None, "words"):
@@ -160,6 +192,8 @@ def sizes(run, within, verdict, server_means):
                 fails.append(f"{name}: Δ vllm:prompt_tokens_total {pt} over {n} finished requests, expected {want[phase]} each")
             else:
                 print(f"  {name}: server Δprompt_tokens_total {int(pt)} = {want[phase]} × {int(n)} requests")
+        if phase in want_llama:
+            fails += llamacpp_prompt(run, name, lv, want_llama[phase])
         checked += 1
         print(f"  {name}: {lv['verdict']}, prompts {t['prompt_realised']}/{t['prompt_requested']} = {ratio:.4f}")
     if checked == 0:
@@ -182,11 +216,12 @@ def main():
     z.add_argument("--within", type=float, required=True)
     z.add_argument("--verdict", choices=["PASS", "FAIL"])
     z.add_argument("--server-mean", action="append", default=[])
+    z.add_argument("--llamacpp-prompt", action="append", default=[])
     a = ap.parse_args()
     if a.cmd == "reconcile":
         fails = reconcile(a.run, a.output_tokens, a.prompt_tokens)
     elif a.cmd == "sizes":
-        fails = sizes(a.run, a.within, a.verdict, a.server_mean)
+        fails = sizes(a.run, a.within, a.verdict, a.server_mean, a.llamacpp_prompt)
     else:
         fails = findings(a.run, a.expect, a.forbid, a.rows_agree)
     for x in fails:
