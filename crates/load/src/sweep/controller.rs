@@ -156,7 +156,8 @@ pub struct Sweep<'a> {
     pub progress: &'a dyn Progress,
     /// Called with every partial result (after each level) and the final one; the CLI writes the
     /// run directory here. An error (a write failed: disk full, permissions) stops the sweep
-    /// after that level, with the error as the stop reason.
+    /// after that level, with the error as the stop reason; that level's raw files are then not
+    /// written, and the final call records it without them.
     pub on_result: &'a (dyn Fn(&RunResult) -> Result<(), String> + Send + Sync),
     /// For an in-process engine twin: cumulative `(steps, late steps, late s)` of its wall
     /// clock, a late step being one delivered more than 2 ms after its modelled end. A level
@@ -257,10 +258,18 @@ impl Sweep<'_> {
                 update_phase(p, &search);
                 // results.json first (small), then the level's raw scrapes and histograms
                 // (large): on a full disk the results are what must survive. The first write
-                // that fails stops the sweep.
-                let written =
-                    (self.on_result)(&run).and_then(|()| raw.write(&self.settings.run_dir));
-                if let Err(e) = written {
+                // that fails stops the sweep; the files it left unwritten are dropped from the
+                // level (with a warning) before the final write of the results.
+                let written = (self.on_result)(&run)
+                    .map_err(|e| (raw.names(), e))
+                    .and_then(|()| raw.write(&self.settings.run_dir));
+                if let Err((unwritten, e)) = written {
+                    // The level must not cite files the directory lacks; the final write below
+                    // records the level without them.
+                    let level = run.phases.last_mut().and_then(|p| p.levels.last_mut());
+                    if let Some(level) = level {
+                        drop_unwritten(level, &unwritten, &e);
+                    }
                     stop_reason = Some(format!("cannot write the run directory: {e}"));
                     break 'phases;
                 }
@@ -437,22 +446,16 @@ impl Sweep<'_> {
         engine_scrapes.extend(e1);
         dcgm_scrapes.extend(d1);
 
-        // The raw files' names; they are written after results.json (see `RawFiles`).
-        let files: Vec<String> = [
-            (ScrapeKind::Engine, &engine_scrapes),
-            (ScrapeKind::Dcgm, &dcgm_scrapes),
-        ]
-        .into_iter()
-        .flat_map(|(kind, v)| {
-            v.iter().enumerate().map(move |(seq, sc)| {
-                format!(
-                    "scrapes/{}",
-                    scrape_file_name(level_index, seq as u32, kind, sc.at_unix_s)
-                )
-            })
-        })
-        .collect();
-        let hist_file = format!("histograms/L{level_index:03}.json");
+        // The raw files; they are written after results.json (see `RawFiles`).
+        let raw = RawFiles {
+            level_index,
+            engine: engine_scrapes,
+            dcgm: dcgm_scrapes,
+            rec,
+            hist_file: format!("histograms/L{level_index:03}.json"),
+        };
+        let mut files = raw.names();
+        files.pop(); // the histograms
         // The measurement window starts at the scrape taken when the warm-up ended (the first
         // periodic one), so warm-up requests do not count in the engine's histograms.
         let window_from = if had_start && !s.warmup.is_zero() {
@@ -464,23 +467,16 @@ impl Sweep<'_> {
             phase,
             slo: self.slo,
             spec: &spec,
-            rec: &rec,
+            rec: &raw.rec,
             window_from,
-            engine_scrapes: &engine_scrapes,
-            dcgm_scrapes: &dcgm_scrapes,
+            engine_scrapes: &raw.engine,
+            dcgm_scrapes: &raw.dcgm,
             scrape_files: files,
-            hist_file: hist_file.clone(),
+            hist_file: raw.hist_file.clone(),
             notes,
         });
-        let streak = transport_streak(&rec);
-        let aborted = rec.aborted.clone();
-        let raw = RawFiles {
-            level_index,
-            engine: engine_scrapes,
-            dcgm: dcgm_scrapes,
-            rec,
-            hist_file,
-        };
+        let streak = transport_streak(&raw.rec);
+        let aborted = raw.rec.aborted.clone();
         (level, aborted, streak, raw)
     }
 
@@ -1100,27 +1096,67 @@ struct RawFiles {
 }
 
 impl RawFiles {
-    /// Writes every file; stops at the first failure, with the file and the error.
-    fn write(&self, dir: &std::path::Path) -> Result<(), String> {
-        for (kind, v) in [
+    /// Every file's name relative to the run directory, in the order [`RawFiles::write`] writes
+    /// them: the scrapes (`scrapes/…`, as the level's `server.scrapes` cites them), then the
+    /// histograms.
+    fn names(&self) -> Vec<String> {
+        let scrapes = [
             (ScrapeKind::Engine, &self.engine),
             (ScrapeKind::Dcgm, &self.dcgm),
-        ] {
-            for (seq, sc) in v.iter().enumerate() {
-                if let Err(e) = write_scrape(dir, self.level_index, seq as u32, kind, sc) {
-                    // A half-written scrape is not a scrape: leave none.
-                    let name = scrape_file_name(self.level_index, seq as u32, kind, sc.at_unix_s);
-                    let _ = std::fs::remove_file(dir.join("scrapes").join(name));
-                    return Err(format!("cannot store a scrape in {}: {e}", dir.display()));
-                }
+        ]
+        .into_iter()
+        .flat_map(|(kind, v)| {
+            v.iter().enumerate().map(move |(seq, sc)| {
+                let name = scrape_file_name(self.level_index, seq as u32, kind, sc.at_unix_s);
+                format!("scrapes/{name}")
+            })
+        });
+        scrapes.chain([self.hist_file.clone()]).collect()
+    }
+
+    /// Writes every file; stops at the first failure with the files not written (that one and
+    /// every one after it, in [`RawFiles::names`] order) and the error naming the file.
+    fn write(&self, dir: &std::path::Path) -> Result<(), (Vec<String>, String)> {
+        let names = self.names();
+        let scrapes = [
+            (ScrapeKind::Engine, &self.engine),
+            (ScrapeKind::Dcgm, &self.dcgm),
+        ]
+        .into_iter()
+        .flat_map(|(kind, v)| v.iter().enumerate().map(move |(seq, sc)| (kind, seq, sc)));
+        for (i, (kind, seq, sc)) in scrapes.enumerate() {
+            if let Err(e) = write_scrape(dir, self.level_index, seq as u32, kind, sc) {
+                // Written atomically: a failed scrape leaves no file behind.
+                return Err((
+                    names[i..].to_vec(),
+                    format!("cannot store {} in {}: {e}", names[i], dir.display()),
+                ));
             }
         }
         let path = dir.join(&self.hist_file);
-        self.rec.save(&path).map_err(|e| {
-            let _ = std::fs::remove_file(&path);
-            e.to_string()
-        })
+        self.rec
+            .save(&path)
+            .map_err(|e| (vec![self.hist_file.clone()], e.to_string()))
     }
+}
+
+/// Removes the files of `unwritten` from what `level` cites (its `histograms` and its server
+/// view's `scrapes`) and warns, naming them and `why`, so a run directory written on a full disk
+/// never claims files it lacks.
+fn drop_unwritten(level: &mut LevelResult, unwritten: &[String], why: &str) {
+    if unwritten.is_empty() {
+        return;
+    }
+    if unwritten.contains(&level.histograms) {
+        level.histograms.clear();
+    }
+    if let Some(v) = level.server.as_mut() {
+        v.scrapes.retain(|f| !unwritten.contains(f));
+    }
+    level.warnings.push(format!(
+        "not written: {} ({why}); this level's record cites none of them",
+        unwritten.join(", ")
+    ));
 }
 
 /// Transport failures in a row at the end of a level after which the server is asked whether it

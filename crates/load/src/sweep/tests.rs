@@ -115,19 +115,29 @@ mod sweep_runs {
         cancel: CancellationFlag,
         partials: &Mutex<Vec<RunResult>>,
     ) -> RunResult {
-        let slo = slo();
         let on_result = |r: &RunResult| {
             partials.lock().unwrap().push(r.clone());
             Ok(())
         };
+        sweep_with(target, p, s, cancel, &on_result).await
+    }
+
+    /// The sweep of `p` against [`slo`], each result passed to `on_result`.
+    async fn sweep_with(
+        target: &Target,
+        p: &[crate::prompt::ClassPlan],
+        s: &SweepSettings,
+        cancel: CancellationFlag,
+        on_result: &(dyn Fn(&RunResult) -> Result<(), String> + Send + Sync),
+    ) -> RunResult {
         Sweep {
             target,
             plans: p,
-            slo: &slo,
+            slo: &slo(),
             settings: s,
             cancel,
             progress: &Quiet,
-            on_result: &on_result,
+            on_result,
             clock_lag: None,
         }
         .run()
@@ -274,24 +284,12 @@ mod sweep_runs {
         s.measure_max = s.measure;
         // The results cannot be written.
         let p = plans("concurrency");
-        let slo = slo();
         let calls = Mutex::new(0);
         let on_result = |_: &RunResult| {
             *calls.lock().unwrap() += 1;
             Err("results.json: No space left on device (os error 28)".to_string())
         };
-        let r = Sweep {
-            target: &t,
-            plans: &p,
-            slo: &slo,
-            settings: &s,
-            cancel: CancellationFlag::new(),
-            progress: &Quiet,
-            on_result: &on_result,
-            clock_lag: None,
-        }
-        .run()
-        .await;
+        let r = sweep_with(&t, &p, &s, CancellationFlag::new(), &on_result).await;
         assert_eq!(r.phases[0].levels.len(), 1);
         assert!(
             matches!(&r.status, RunStatus::Stopped { reason } if reason.starts_with("cannot write the run directory: results.json: No space")),
@@ -312,6 +310,141 @@ mod sweep_runs {
             "{:?}",
             r.status
         );
+    }
+
+    /// A `/metrics` endpoint on 127.0.0.1 that answers every scrape with one gauge; its URL.
+    async fn metrics_server() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = sock.read(&mut buf).await;
+                    let body = "vllm:num_requests_running{model_name=\"tiny\"} 0\n";
+                    let r = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(r.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                });
+            }
+        });
+        format!("http://{addr}/metrics")
+    }
+
+    /// Every file a level's record cites (its histograms and scrapes), relative to the run
+    /// directory.
+    fn cited(r: &RunResult) -> Vec<String> {
+        r.phases
+            .iter()
+            .flat_map(|p| &p.levels)
+            .flat_map(|l| {
+                let scrapes = l.server.iter().flat_map(|v| v.scrapes.clone());
+                std::iter::once(l.histograms.clone())
+                    .chain(scrapes)
+                    .filter(|f| !f.is_empty())
+            })
+            .collect()
+    }
+
+    /// A write that fails at any stage of a level — its results, its first or a later scrape,
+    /// its histograms — stops the sweep, and the run's final record (returned and written) cites
+    /// only files the directory holds: the ones not written are dropped from the level, which
+    /// names them in a `not written:` warning, and the ones written before the failure stay.
+    #[tokio::test]
+    async fn a_failed_write_at_any_stage_leaves_no_citation_of_a_missing_file() {
+        let stub = StubServer::start(StubConfig::default()).unwrap();
+        let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+        let metrics = metrics_server().await;
+        let p = plans("concurrency");
+        for stage in ["results", "first scrape", "later scrape", "histograms"] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = settings(dir.path(), &[1.0, 2.0]);
+            s.measure = Duration::from_millis(300);
+            s.measure_max = s.measure;
+            s.metrics_url = Some(metrics.clone());
+            let calls = Mutex::new(0);
+            let planted = Mutex::new(String::new());
+            // Writes results.json as the CLI does; on the first call, plants what makes the
+            // stage's write fail (a folder where a file goes, a file where a folder goes).
+            let on_result = |r: &RunResult| {
+                let first = {
+                    let mut n = calls.lock().unwrap();
+                    *n += 1;
+                    *n == 1
+                };
+                if first {
+                    let l = &r.phases[0].levels[0];
+                    let scrapes = &l.server.as_ref().expect("scraped").scrapes;
+                    assert!(scrapes.len() >= 2, "{scrapes:?}");
+                    let (target, as_dir) = match stage {
+                        "results" => {
+                            *planted.lock().unwrap() = scrapes[0].clone();
+                            return Err(
+                                "results.json: No space left on device (os error 28)".into()
+                            );
+                        }
+                        "first scrape" => ("scrapes".to_string(), false),
+                        "later scrape" => (scrapes[scrapes.len() - 1].clone(), true),
+                        _ => (l.histograms.clone(), true),
+                    };
+                    let path = dir.path().join(&target);
+                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    if as_dir {
+                        std::fs::create_dir(&path).unwrap();
+                    } else {
+                        std::fs::write(&path, b"x").unwrap();
+                    }
+                    *planted.lock().unwrap() = match stage {
+                        "first scrape" => scrapes[0].clone(),
+                        _ => target,
+                    };
+                }
+                let bytes = serde_json::to_vec(r).unwrap();
+                headroom_core::atomic::write_atomic(&dir.path().join("results.json"), &bytes)
+                    .map_err(|e| e.to_string())
+            };
+            let r = sweep_with(&t, &p, &s, CancellationFlag::new(), &on_result).await;
+            assert_eq!(r.phases[0].levels.len(), 1, "{stage}");
+            assert!(
+                matches!(&r.status, RunStatus::Stopped { reason } if reason.starts_with("cannot write the run directory")),
+                "{stage}: {:?}",
+                r.status
+            );
+            let planted = planted.lock().unwrap().clone();
+            let on_disk: RunResult =
+                serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap())
+                    .unwrap();
+            // The final record is the one written.
+            assert_eq!(on_disk.status, r.status, "{stage}");
+            assert_eq!(cited(&on_disk), cited(&r), "{stage}");
+            assert_eq!(on_disk.warnings, r.warnings, "{stage}");
+            for f in cited(&r) {
+                assert!(
+                    dir.path().join(&f).is_file(),
+                    "{stage}: {f} cited, not written"
+                );
+            }
+            assert!(!cited(&r).contains(&planted), "{stage}: {planted}");
+            let l = &r.phases[0].levels[0];
+            let w = l
+                .warnings
+                .iter()
+                .find(|w| w.starts_with("not written: "))
+                .unwrap_or_else(|| panic!("{stage}: {:?}", l.warnings));
+            assert!(w.contains(&planted), "{stage}: {w}");
+            assert!(r.warnings.iter().any(|x| x.contains(&planted)), "{stage}");
+            match stage {
+                // Nothing of the level was written after its results failed.
+                "results" | "first scrape" => assert_eq!(cited(&r), Vec::<String>::new()),
+                // The scrapes before the failure were written and stay cited.
+                "later scrape" => assert!(!cited(&r).is_empty() && l.histograms.is_empty()),
+                _ => assert!(l.histograms.is_empty() && !cited(&r).is_empty()),
+            }
+        }
     }
 
     /// `only_phase` runs that phase alone (a class, or the mix).
