@@ -6,8 +6,10 @@
 //! reports it in `usage.prompt_tokens`. Two things separate that from a count of words:
 //!
 //! 1. **Tokens per word.** Synthetic prompts are words of [`WORDS`]. Calibration measures each
-//!    word's cost in the target's tokenizer, at the start of a text (`"w"`) and after a space
-//!    (`"w w"` minus `"w"`), and keeps the words that are one token both ways. A text of such
+//!    word's cost in the target's tokenizer, at the start of a text (`"w"`), after a space
+//!    (`"w w"` minus `"w"`) and after a line end (where a chat template puts a message's first
+//!    word), and keeps the words that are one token after a space; those that are one token in
+//!    every position may start a text. A text of such
 //!    words has as many tokens as words, because every LLM tokenizer in use splits on spaces
 //!    before merging (byte-level BPE pre-tokenizers, SentencePiece's whitespace split), so no
 //!    token spans two words. The sum is checked on a long sample text.
@@ -497,18 +499,31 @@ async fn fit_words(
     words: &'static [&'static str],
     sent: &mut u32,
 ) -> Result<FittedWords, String> {
-    let mut texts = Vec::with_capacity(2 * words.len());
+    // Each word alone, twice (the cost after a space), and after a line end: a chat template
+    // puts the first word of a message after "\n", where SentencePiece adds no word marker, so
+    // a word that is one token at the start of a text can be two there.
+    let mut texts = Vec::with_capacity(3 * words.len() + 1);
+    texts.push("the\n".to_string());
     for w in words {
         texts.push((*w).to_string());
         texts.push(format!("{w} {w}"));
+        texts.push(format!("the\n{w}"));
     }
     let counts = counter.count_all(target, &texts).await?;
     *sent += texts.len() as u32;
+    let after_newline_base = i64::from(counts[0]);
     // alone = base + start cost; twice − alone = the cost after a space.
-    let pairs: Vec<(u32, i64)> = counts
-        .chunks(2)
-        .map(|c| (c[0], i64::from(c[1]) - i64::from(c[0])))
+    let triples: Vec<(u32, i64, i64)> = counts[1..]
+        .chunks(3)
+        .map(|c| {
+            (
+                c[0],
+                i64::from(c[1]) - i64::from(c[0]),
+                i64::from(c[2]) - after_newline_base,
+            )
+        })
         .collect();
+    let pairs: Vec<(u32, i64)> = triples.iter().map(|(a, s, _)| (*a, *s)).collect();
     // The counter's own constant (BOS, template): the commonest `alone − 1` among one-token words.
     let mut bases: Vec<i64> = pairs
         .iter()
@@ -523,11 +538,11 @@ async fn fit_words(
     let mut vocabulary = Vec::new();
     let mut start_words = Vec::new();
     let mut tokens = 0i64;
-    for (w, (alone, after)) in words.iter().zip(&pairs) {
+    for (w, (alone, after, after_newline)) in words.iter().zip(&triples) {
         tokens += after.max(&0);
         if *after == 1 {
             vocabulary.push(*w);
-            if i64::from(*alone) - base == 1 {
+            if i64::from(*alone) - base == 1 && *after_newline == 1 {
                 start_words.push(*w);
             }
         }

@@ -101,18 +101,37 @@ pub enum StubTokenizer {
     Subword {
         /// Serve vLLM's `POST /tokenize` (`prompt`, `add_special_tokens` → `count`, `tokens`).
         tokenize: bool,
+        /// As SentencePiece does: a word of 4 characters or more right after a line end (where
+        /// a chat template puts a message's first word) is one token more, having no word
+        /// marker there.
+        line_start_split: bool,
     },
 }
 
 impl StubTokenizer {
     /// Tokens of `text` by this rule, without special tokens.
     pub fn count(self, text: &str) -> u32 {
-        text.split_whitespace()
-            .map(|w| match self {
-                StubTokenizer::Subword { .. } if w.len() >= 6 => 2,
-                _ => 1,
-            })
-            .sum()
+        let mut n = 0;
+        for line in text.split('\n').enumerate() {
+            for (j, w) in line.1.split_whitespace().enumerate() {
+                n += match self {
+                    StubTokenizer::Subword { .. } if w.len() >= 6 => 2,
+                    _ => 1,
+                };
+                if let StubTokenizer::Subword {
+                    line_start_split: true,
+                    ..
+                } = self
+                    && line.0 > 0
+                    && j == 0
+                    && !line.1.starts_with(' ')
+                    && w.len() >= 4
+                {
+                    n += 1;
+                }
+            }
+        }
+        n
     }
 
     /// `usage.prompt_tokens` of a completions or chat request body.
@@ -125,10 +144,11 @@ impl StubTokenizer {
         let Some(msgs) = v.get("messages").and_then(|m| m.as_array()) else {
             return 0;
         };
+        // The template puts every message's content after a line end.
         let content: u32 = msgs
             .iter()
             .filter_map(|m| m.get("content").and_then(|c| c.as_str()))
-            .map(|c| self.count(c))
+            .map(|c| self.count(&format!("x\n{c}")) - 1)
             .sum();
         if sub {
             bos + content + 4 * msgs.len() as u32 + 3
@@ -360,7 +380,10 @@ async fn handle(
             ))
         }
         ("POST", "/tokenize")
-            if matches!(config.tokenizer, StubTokenizer::Subword { tokenize: true }) =>
+            if matches!(
+                config.tokenizer,
+                StubTokenizer::Subword { tokenize: true, .. }
+            ) =>
         {
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
             let Some(p) = v.get("prompt").and_then(|p| p.as_str()) else {

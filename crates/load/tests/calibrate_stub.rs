@@ -66,7 +66,10 @@ async fn exact_after_calibration(tok: StubTokenizer, want: Method, overhead: &[(
 #[tokio::test]
 async fn tokenize_endpoint_gives_exact_sizes() {
     exact_after_calibration(
-        StubTokenizer::Subword { tokenize: true },
+        StubTokenizer::Subword {
+            tokenize: true,
+            line_start_split: false,
+        },
         Method::TokenizeEndpoint {
             path: "/tokenize".into(),
         },
@@ -79,10 +82,40 @@ async fn tokenize_endpoint_gives_exact_sizes() {
     .await;
 }
 
+/// A SentencePiece-like tokenizer splits some words at a line start (a chat message's first
+/// word): those must not start a text, or chat prompts come out a token long now and then.
+#[tokio::test]
+async fn words_that_split_at_a_line_start_do_not_start_a_message() {
+    for tokenize in [true, false] {
+        exact_after_calibration(
+            StubTokenizer::Subword {
+                tokenize,
+                line_start_split: true,
+            },
+            if tokenize {
+                Method::TokenizeEndpoint {
+                    path: "/tokenize".into(),
+                }
+            } else {
+                Method::Usage
+            },
+            &[
+                (Shape::Completions, 1),
+                (Shape::ChatUser, 8),
+                (Shape::ChatSystemUser, 12),
+            ],
+        )
+        .await;
+    }
+}
+
 #[tokio::test]
 async fn usage_alone_gives_exact_sizes() {
     exact_after_calibration(
-        StubTokenizer::Subword { tokenize: false },
+        StubTokenizer::Subword {
+            tokenize: false,
+            line_start_split: false,
+        },
         Method::Usage,
         &[
             (Shape::Completions, 1),
@@ -110,7 +143,10 @@ async fn one_token_per_word_needs_no_correction() {
 /// Uncalibrated, the same stub is far off: the test above measures something.
 #[tokio::test]
 async fn without_calibration_the_stub_counts_more() {
-    let s = stub(StubTokenizer::Subword { tokenize: true });
+    let s = stub(StubTokenizer::Subword {
+        tokenize: true,
+        line_start_split: false,
+    });
     let t = Target::new(&s.url(), None, Some("tiny")).unwrap();
     let (_, mut report) = calibrate(&t, &[], None, None).await;
     check_plans(&t, &plans(), 1, &mut report).await;
@@ -139,7 +175,10 @@ async fn a_failing_server_falls_back_to_words_with_a_reason() {
 #[tokio::test]
 async fn a_server_that_errs_now_and_then_is_still_calibrated() {
     let s = StubServer::start(StubConfig {
-        tokenizer: StubTokenizer::Subword { tokenize: false },
+        tokenizer: StubTokenizer::Subword {
+            tokenize: false,
+            line_start_split: false,
+        },
         fault: StubFault::FailFirst { n: 5, status: 503 },
         ..StubConfig::default()
     })

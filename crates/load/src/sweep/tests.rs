@@ -475,7 +475,10 @@ mod sweep_runs {
     async fn a_drifted_workload_stops_at_the_first_level_and_keeps_what_the_drift_cannot_explain() {
         use crate::testkit::StubTokenizer;
         let stub = StubServer::start(StubConfig {
-            tokenizer: StubTokenizer::Subword { tokenize: false },
+            tokenizer: StubTokenizer::Subword {
+                tokenize: false,
+                line_start_split: false,
+            },
             ..StubConfig::default()
         })
         .unwrap();
