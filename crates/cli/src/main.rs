@@ -1,6 +1,7 @@
 //! The `headroom` binary: argument parsing and wiring only. Each subcommand lives in its own
 //! module and calls into the library crates.
 
+mod compare_cmd;
 mod diagnose_cmd;
 mod gateway_cmd;
 mod sim_cmd;
@@ -22,6 +23,10 @@ struct Cli {
 enum Command {
     /// Find, per request class and for the mix, the highest load meeting every SLO.
     Sweep(sweep_cmd::SweepArgs),
+    /// Compare two sweeps' run directories: what changed, capacity with its uncertainty, and
+    /// each objective's percentile with a confidence interval on the difference. Exit 0 promote,
+    /// 1 regression, 2 inconclusive or bad input.
+    Compare(compare_cmd::CompareArgs),
     /// Serve the vLLM-compatible engine twin (no GPU needed).
     Sim(sim_cmd::SimArgs),
     /// Judge a live server, a Prometheus range or saved scrapes against the SLO: the six-step
@@ -104,6 +109,7 @@ fn main() -> ExitCode {
             Command::Sim(a) => sim_cmd::run(a).await.map(|()| 0),
             Command::Sweep(a) => sweep_cmd::run(a, argv).await,
             Command::Diagnose(a) => diagnose_cmd::run(a).await,
+            Command::Compare(a) => compare_cmd::run(a).await,
             Command::Slo(a) => slo_cmd::run(a).await,
             Command::Gateway(a) => gateway_cmd::run(a).await.map(|()| 0),
         }

@@ -4,8 +4,10 @@
 //! - [`search`]: which level next (bracket, then bisect);
 //! - [`evaluate`]: client-side objectives of a level (PASS / FAIL / INCONCLUSIVE);
 //! - [`server_view`]: the engine's account of a level and its reconciliation with the client;
-//! - [`controller`]: the loop that runs levels, scrapes, judges and writes results.
+//! - [`controller`]: the loop that runs levels, scrapes, judges and writes results;
+//! - [`compare`]: two run directories side by side, and whether the change is safe to promote.
 
+pub mod compare;
 pub mod controller;
 pub mod evaluate;
 pub mod search;

@@ -1,0 +1,74 @@
+//! `headroom compare BASELINE CANDIDATE`: the regression gate between two sweeps.
+
+use anyhow::{Result, bail};
+use clap::Args;
+use headroom_load::sweep::compare::{Gate, RunDir, compare, parse_latency_allowances, render_text};
+use std::path::PathBuf;
+
+/// Arguments of `headroom compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Run directory of the baseline (the configuration in production).
+    pub baseline: PathBuf,
+    /// Run directory of the candidate (the change to promote).
+    pub candidate: PathBuf,
+    /// Largest capacity drop to promote, as a share (10%). A drop beyond it that the runs'
+    /// uncertainty cannot prove is INCONCLUSIVE; one the bands prove is a REGRESSION.
+    #[arg(long, value_name = "SHARE")]
+    pub max_capacity_drop: Option<String>,
+    /// Largest latency increase to promote per objective, at every level both runs passed:
+    /// `ttft_p95=10%,itl_p95=5ms`. An increase whose confidence interval lies wholly beyond it
+    /// is a REGRESSION; one the interval cannot rule out is INCONCLUSIVE.
+    #[arg(long, value_name = "LIST")]
+    pub max_latency_increase: Option<String>,
+    /// Compare runs of different workloads or SLOs anyway (their capacities then measure
+    /// different things).
+    #[arg(long)]
+    pub allow_different_workload: bool,
+    /// Output format.
+    #[arg(long, default_value = "text", value_parser = ["text", "md", "json"])]
+    pub format: String,
+}
+
+/// Runs the comparison; exit 0 promote, 1 regression, 2 inconclusive (bad input also exits 2,
+/// from `main`).
+pub async fn run(a: CompareArgs) -> Result<i32> {
+    let max_capacity_drop = match &a.max_capacity_drop {
+        Some(s) => Some(
+            headroom_core::slo::parse_ratio(s)
+                .ok()
+                .filter(|x| (0.0..1.0).contains(x))
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--max-capacity-drop {s}: expected a share below 100 %, e.g. 10%"
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let max_latency_increase = match &a.max_latency_increase {
+        Some(s) => parse_latency_allowances(s)
+            .map_err(|e| anyhow::anyhow!("--max-latency-increase: {e}"))?,
+        None => Default::default(),
+    };
+    if a.baseline == a.candidate {
+        bail!(
+            "{}: the baseline and the candidate are the same run directory",
+            a.baseline.display()
+        );
+    }
+    let base = RunDir::open(&a.baseline)?;
+    let cand = RunDir::open(&a.candidate)?;
+    let gate = Gate {
+        max_capacity_drop,
+        max_latency_increase,
+        allow_different_workload: a.allow_different_workload,
+    };
+    let c = compare(&base, &cand, &gate)?;
+    match a.format.as_str() {
+        "json" => println!("{}", serde_json::to_string_pretty(&c)?),
+        "md" => print!("{}", render_text(&c, true)),
+        _ => print!("{}", render_text(&c, false)),
+    }
+    Ok(c.decision.exit_code())
+}
