@@ -628,6 +628,27 @@ fn error_objective(w: &Window, f: &Facts, o: &Objective, max_ratio: f64) -> Obje
             format!("refused: {why}"),
         );
     }
+    // Failures are counted only where the engine exports a request's outcome: a count of
+    // finished requests alone cannot fail the objective, so it gives no verdict.
+    let series = headroom_signals::adapter::outcome_series(w.engine);
+    let outcomes = w.counters.get(&Signal::RequestsFinished);
+    let Some(failures) = series.failures.filter(|_| outcomes.is_some()) else {
+        return ObjectiveResult::new(
+            o,
+            max_ratio,
+            None,
+            Verdict::Inconclusive,
+            0,
+            format!(
+                "no evidence: {}; {}",
+                series.missing,
+                match f.finished {
+                    Some(n) => format!("{n:.0} requests finished, how many failed is unknown"),
+                    None => "how many requests failed is unknown".to_owned(),
+                }
+            ),
+        );
+    };
     let Some(n) = f.finished.filter(|n| *n > 0.0) else {
         return ObjectiveResult::new(
             o,
@@ -635,10 +656,12 @@ fn error_objective(w: &Window, f: &Facts, o: &Objective, max_ratio: f64) -> Obje
             None,
             Verdict::Inconclusive,
             0,
-            "no finished requests on the server's counters".to_owned(),
+            format!("no finished requests on the server's counters ({failures})"),
         );
     };
     let bad = f.finished_error.unwrap_or(0.0) + f.finished_abort.unwrap_or(0.0);
+    let none_yet = series.absent_means_none
+        && !outcomes.is_some_and(|m| m.keys().any(|k| k.starts_with("error")));
     // The sweep's rule ([`ObjectiveResult::error_ratio`]), so a level reads the same in both.
     let (bad, n) = (bad.round() as u64, n.round() as u64);
     ObjectiveResult::error_ratio(
@@ -648,7 +671,15 @@ fn error_objective(w: &Window, f: &Facts, o: &Objective, max_ratio: f64) -> Obje
         max_ratio,
         true,
         format!(
-            "server-side (vllm:request_success_total): {bad} errors + aborts of {n} finished requests"
+            "server-side ({failures}): {bad} errors + aborts of {n} finished requests{}",
+            if none_yet {
+                format!(
+                    "; {failures} is absent, which {} exports from its first failure: none yet",
+                    w.engine.name()
+                )
+            } else {
+                String::new()
+            }
         ),
     )
 }

@@ -400,6 +400,64 @@ pub const MAPPINGS: &[Mapping] = &[
     ),
 ];
 
+/// Where an engine counts the requests that failed, which an error objective ("errors + aborts
+/// < 0.5 % of finished requests") needs as evidence: a finished-request counter broken down by
+/// outcome. An engine without one can say how many requests finished, never how many of them
+/// failed, so its error objective has no evidence (`headroom_diagnose` judges it INCONCLUSIVE,
+/// naming what is missing) instead of a failure count read as 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutcomeSeries {
+    /// The engine.
+    pub engine: Engine,
+    /// The series read for failed requests, as PromQL would select them (e.g.
+    /// `vllm:request_success_total{finished_reason=~"error|abort"}`); `None` when the engine
+    /// exports no outcome of a request.
+    pub failures: Option<&'static str>,
+    /// Whether the failure series being absent while the finished-request counter is present
+    /// means no failure yet (TGI creates `tgi_request_failure` at its first failure) rather than
+    /// no evidence.
+    pub absent_means_none: bool,
+    /// What is missing when the evidence is, in a clause naming the engine's series (for the
+    /// objective's reason).
+    pub missing: &'static str,
+}
+
+/// The outcome series of `engine` ([`OutcomeSeries`]), from the [`MAPPINGS`] rows of
+/// [`Signal::RequestsFinished`]: vLLM's `finished_reason` label (errors and aborts), TGI's
+/// `tgi_request_failure`; SGLang's `sglang:num_requests_total` and llama.cpp's server have no
+/// outcome.
+pub fn outcome_series(engine: Engine) -> OutcomeSeries {
+    let (failures, absent_means_none, missing) = match engine {
+        Engine::Vllm | Engine::VllmRouter => (
+            Some("vllm:request_success_total{finished_reason=~\"error|abort\"}"),
+            false,
+            "vllm:request_success_total is not exported, so errors and aborts are not counted (a request count from the E2E histogram has no outcome)",
+        ),
+        Engine::Tgi => (
+            Some("tgi_request_failure"),
+            true,
+            "neither tgi_request_success nor tgi_request_failure is exported, so failed requests are not counted",
+        ),
+        Engine::Sglang => (
+            None,
+            false,
+            "SGLang exports no error or abort counter (sglang:num_requests_total counts requests without their outcome)",
+        ),
+        Engine::LlamaCpp => (
+            None,
+            false,
+            "llama.cpp's server exports no request outcome counter (llamacpp:requests_processing and requests_deferred are gauges)",
+        ),
+        Engine::Unknown => (None, false, "no engine's outcome series was recognised"),
+    };
+    OutcomeSeries {
+        engine,
+        failures,
+        absent_means_none,
+        missing,
+    }
+}
+
 /// The mapping rows for one engine.
 pub fn mappings_for(engine: Engine) -> impl Iterator<Item = &'static Mapping> {
     let engine = if engine == Engine::VllmRouter {
@@ -1152,6 +1210,26 @@ mod tests {
         assert_eq!(snap.histograms[&Signal::Itl][0].count, 4.0);
         assert!(snap.missing.contains_key(&Signal::Ttft));
         assert!(!snap.missing.contains_key(&Signal::Itl));
+    }
+
+    /// Each engine's outcome series is one its finished-request mapping reads, and an engine
+    /// without one says what it lacks in its own names.
+    #[test]
+    fn outcome_series_are_read_by_the_mappings() {
+        for e in [Engine::Vllm, Engine::Sglang, Engine::Tgi, Engine::LlamaCpp] {
+            let o = outcome_series(e);
+            let read: Vec<&str> = mappings_for(e)
+                .filter(|m| m.signal == Signal::RequestsFinished)
+                .flat_map(|m| m.names.iter().copied())
+                .collect();
+            match o.failures {
+                Some(f) => {
+                    let name = f.split('{').next().unwrap();
+                    assert!(read.contains(&name), "{e:?}: {f} not in {read:?}");
+                }
+                None => assert!(!o.missing.contains("vllm"), "{e:?}: {}", o.missing),
+            }
+        }
     }
 
     #[test]
