@@ -416,11 +416,14 @@ fn judge_objectives(
     client: Option<&ClientView>,
     slo: &SloSpec,
 ) -> Vec<ObjectiveResult> {
-    slo.objectives
+    let rows = client.map_or(&[][..], |c| c.objectives.as_slice());
+    let mut out: Vec<ObjectiveResult> = slo
+        .objectives
         .iter()
         .map(|o| {
-            if let Some(r) = client.and_then(|c| c.objectives.iter().find(|r| r.id == o.id())) {
-                return r.clone();
+            if let Some(r) = rows.iter().find(|r| r.id == o.id()) {
+                // The client's TTFT bound and the engine's histogram: the stricter holds.
+                return engine_overrules_bounds(w, o, &[r]).unwrap_or_else(|| r.clone());
             }
             match o {
                 Objective::Latency {
@@ -431,7 +434,86 @@ fn judge_objectives(
                 Objective::ErrorRate { max_ratio } => error_objective(w, f, o, *max_ratio),
             }
         })
-        .collect()
+        .collect();
+    // Rows the caller judged for objectives outside `slo` (a mix's per-class `chat/ttft_p95`,
+    // which the engine's series cannot split) are part of the judgement as given.
+    out.extend(
+        rows.iter()
+            .filter(|r| !slo.objectives.iter().any(|o| o.id() == r.id))
+            .cloned(),
+    );
+    out
+}
+
+/// Start of the reason of a queue-time row that the client's TTFT settled (queue time ≤ TTFT for
+/// every request of the window, so a TTFT percentile within the threshold bounds the queue time's);
+/// the sweep writes it, [`engine_overrules_bounds`] recognises it.
+pub const QUEUE_BOUND_BY_TTFT: &str = "bounded by the client's TTFT";
+
+/// The stricter of the client's bound and the engine's histogram for a queue-time objective `o`:
+/// when every row in `bounds` is a PASS the client's TTFT settled ([`QUEUE_BOUND_BY_TTFT`]) and
+/// the engine's own queue-time histogram over `w` (vLLM `vllm:request_queue_time_seconds`)
+/// puts the share above the threshold beyond the allowed one with 95 % certainty (the bucket
+/// counts' lower bound on that share, as a Wilson interval, [`decide`]), the engine's FAIL, id
+/// `o.id()`, whose reason names both: the bound covers the requests that started in the window,
+/// the histogram every request that finished in it (earlier ones included), and a breach the
+/// engine counted happened. `None` otherwise (no such bound, no histogram, no certain breach).
+pub fn engine_overrules_bounds(
+    w: &Window,
+    o: &Objective,
+    bounds: &[&ObjectiveResult],
+) -> Option<ObjectiveResult> {
+    let Objective::Latency {
+        signal: LatencySignal::QueueTime,
+        percentile,
+        threshold_s,
+    } = o
+    else {
+        return None;
+    };
+    if bounds.is_empty()
+        || !bounds
+            .iter()
+            .all(|b| b.verdict == Verdict::Pass && b.reason.starts_with(QUEUE_BOUND_BY_TTFT))
+    {
+        return None;
+    }
+    let engine = latency_objective(w, o, LatencySignal::QueueTime, *percentile, *threshold_s);
+    if engine.verdict != Verdict::Fail {
+        return None;
+    }
+    let h = w.histogram(Signal::QueueTime)?;
+    let n = engine.samples;
+    let (_, _, le_hi) = h.fraction_le_bounded(*threshold_s)?;
+    let bad = ((1.0 - le_hi) * n as f64 - 1e-9).ceil().max(0.0) as u64;
+    let allowed = 1.0 - percentile / 100.0;
+    if decide(bad, n, allowed) != Decision::BreachCertain {
+        return None;
+    }
+    let named: Vec<String> = bounds
+        .iter()
+        .map(|b| {
+            let ttft = b
+                .reason
+                .split(": ")
+                .nth(1)
+                .and_then(|t| t.split(';').next())
+                .unwrap_or("within the threshold");
+            if b.id.contains('/') {
+                format!("{} ({ttft})", b.id)
+            } else {
+                ttft.to_owned()
+            }
+        })
+        .collect();
+    Some(ObjectiveResult {
+        reason: format!(
+            "the engine's histogram and the client's bound disagree; the stricter holds: {}; the client's TTFT said PASS ({}), but that bound covers the requests that started in the window, while the engine counted at least {bad} of {n} requests that finished in it queued longer than {threshold_s} s, a breach certain at 95 %",
+            engine.reason,
+            named.join(", ")
+        ),
+        ..engine
+    })
 }
 
 /// A latency objective "p-th percentile ≤ T" on a server histogram. The share of observations

@@ -70,7 +70,7 @@ impl Context<'_> {
         let vs: Vec<Verdict> = self
             .objectives
             .iter()
-            .filter(|o| o.id.starts_with(prefix))
+            .filter(|o| objective_kind(&o.id).starts_with(prefix))
             .map(|o| o.verdict)
             .collect();
         (!vs.is_empty()).then(|| Verdict::combine(vs))
@@ -88,7 +88,11 @@ impl Context<'_> {
     fn tightest(&self, prefixes: &[&str]) -> Option<(&ObjectiveResult, f64)> {
         self.objectives
             .iter()
-            .filter(|o| prefixes.iter().any(|p| o.id.starts_with(p)))
+            .filter(|o| {
+                prefixes
+                    .iter()
+                    .any(|p| objective_kind(&o.id).starts_with(p))
+            })
             .filter(|o| !o.reason.contains(crate::UPPER_BOUND_ONLY))
             .filter_map(|o| {
                 let v = o.observed?;
@@ -138,8 +142,14 @@ pub enum Target {
     Errors,
 }
 
+/// The kind of an objective id without its class: a mix's per-class rows are named
+/// `class/kind` (`chat/ttft_p95` → `ttft_p95`); a single class's rows are the kind itself.
+pub fn objective_kind(id: &str) -> &str {
+    id.rsplit('/').next().unwrap_or(id)
+}
+
 impl Target {
-    /// The target an objective id is about (`None` for an unknown kind).
+    /// The target an objective id is about (a mix's `class/` prefix ignored) (`None` for an unknown kind).
     pub fn of_objective(id: &str) -> Option<Target> {
         [
             ("queue_time", Target::Queue),
@@ -150,7 +160,7 @@ impl Target {
             ("error", Target::Errors),
         ]
         .into_iter()
-        .find(|(p, _)| id.starts_with(p))
+        .find(|(p, _)| objective_kind(id).starts_with(p))
         .map(|(_, t)| t)
     }
 }
@@ -1515,7 +1525,7 @@ fn decode_dominated(c: &Context<'_>) -> Option<Match> {
         (Some(d), Some(e)) if e > 0.0 => Some(d / e),
         _ => None,
     };
-    let about_e2e = o.id.starts_with("e2e");
+    let about_e2e = objective_kind(&o.id).starts_with("e2e");
     if about_e2e && decode_of_e2e.is_some_and(|d| d < 0.5) {
         return None;
     }

@@ -505,7 +505,7 @@ impl Sweep<'_> {
 
 /// The objectives a phase is judged on: its class's for a single-class phase; for the mix, the
 /// union of every class's server-side objectives (client ones are judged per class).
-fn phase_spec(slo: &SloFile, phase: &Phase) -> SloSpec {
+pub fn phase_spec(slo: &SloFile, phase: &Phase) -> SloSpec {
     if phase.plans.len() == 1 {
         return slo.spec_for(&phase.plans[0].name);
     }
@@ -728,7 +728,8 @@ fn queue_bound_by_ttft(
         verdict: Verdict::Pass,
         samples: r.samples,
         reason: format!(
-            "bounded by the client's TTFT (queue time ≤ TTFT for every request): TTFT p{} = {}; {}",
+            "{} (queue time ≤ TTFT for every request): TTFT p{} = {}; {}",
+            headroom_diagnose::QUEUE_BOUND_BY_TTFT,
             headroom_core::slo::fmt_num(*percentile),
             r.observed
                 .map(headroom_core::slo::fmt_duration_s)
@@ -783,6 +784,70 @@ fn mix_engine_spec(
             .cloned()
             .collect(),
     }
+}
+
+/// The engine's FAIL rows for the mix's server-only objectives that every class settled from
+/// its TTFT (`{class}/{id}` rows, no engine row `{id}`) and the engine's histogram breaches with
+/// certainty ([`headroom_diagnose::engine_overrules_bounds`]).
+fn overruled_bounds(w: &Window, spec: &SloSpec, rows: &[ObjectiveResult]) -> Vec<ObjectiveResult> {
+    spec.objectives
+        .iter()
+        .filter(|o| is_server_only(o) && !rows.iter().any(|r| r.id == o.id()))
+        .filter_map(|o| {
+            let suffix = format!("/{}", o.id());
+            let bounds: Vec<&ObjectiveResult> =
+                rows.iter().filter(|r| r.id.ends_with(&suffix)).collect();
+            headroom_diagnose::engine_overrules_bounds(w, o, &bounds)
+        })
+        .collect()
+}
+
+/// A level judged again from what its run directory holds, as [`Sweep::run`] judged it: the
+/// client's recording (`histograms/L###.json`), every engine and dcgm-exporter scrape of the
+/// level (`scrapes/`, in order), the run's `slo.yaml` and the phase rebuilt from its
+/// `workload.yaml`. `recorded` is the level as `results.json` has it: its histogram file, its
+/// scrape files, and a void the sweep applied after judging (`aborted`, `interrupted`, `server
+/// lost`, in its `window_note`), which no recording shows. Returns the level and the index of the
+/// engine scrape that opens its measurement window (the one taken when the warm-up ended).
+pub fn rejudge_level(
+    phase: &Phase,
+    slo: &SloFile,
+    rec: &LevelRecording,
+    engine_scrapes: &[Scrape],
+    dcgm_scrapes: &[Scrape],
+    recorded: &LevelResult,
+) -> (LevelResult, usize) {
+    // The sweep opens the window at its second scrape when it had a start scrape and a
+    // warm-up; the start scrape is taken before the warm-up, the second when it ends.
+    let window_from = usize::from(
+        rec.warmup_s > 0.0
+            && engine_scrapes
+                .first()
+                .is_some_and(|s| s.at_unix_s < rec.started_unix_s - rec.warmup_s / 2.0),
+    );
+    let spec = phase_spec(slo, phase);
+    let mut level = judge_level(JudgeInput {
+        phase,
+        slo,
+        spec: &spec,
+        rec,
+        window_from,
+        engine_scrapes,
+        dcgm_scrapes,
+        scrape_files: recorded
+            .server
+            .as_ref()
+            .map(|s| s.scrapes.clone())
+            .unwrap_or_default(),
+        hist_file: recorded.histograms.clone(),
+        notes: Vec::new(),
+    });
+    for state in ["aborted", "interrupted", "server lost"] {
+        if let Some(why) = recorded.window_note.strip_prefix(&format!("{state}: ")) {
+            void_level(&mut level, state, why);
+        }
+    }
+    (level, window_from)
 }
 
 /// Samples an objective needs before its percentile is an observation (`ttft_p95` → 20); error
@@ -881,6 +946,13 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
                     headroom_diagnose::apply_drift(&mut objectives, d);
                 }
                 objectives.extend(a.objectives.iter().cloned());
+                // A queue time every class bounded by its TTFT, which the engine's histogram
+                // breaches with certainty: the stricter holds.
+                let mut over = overruled_bounds(meas, j.spec, &objectives);
+                if let Some(d) = &workload_drift {
+                    headroom_diagnose::apply_drift(&mut over, d);
+                }
+                objectives.extend(over);
                 if !a.refused.is_empty() {
                     for o in &mut objectives {
                         o.verdict = Verdict::Inconclusive;
