@@ -690,27 +690,31 @@ fn calibration_lines(r: &headroom_load::calibrate::CalibrationReport) -> Vec<Str
 }
 
 /// What the writes of the run files did: which files the latest write put in place, which exist
-/// only from an earlier write, and the last error.
+/// only from an earlier write, which the latest failed write removed, and the last error.
 #[derive(Debug, Default)]
 struct FileLog {
     /// Written by the latest write (current).
     current: Vec<&'static str>,
     /// Written by some earlier write but not the latest (they hold older results).
     stale: Vec<&'static str>,
+    /// Removed by the latest write, which could not replace them (they would have shown an
+    /// older state of the run).
+    removed: Vec<&'static str>,
     /// The latest write's error.
     error: Option<String>,
 }
 
 impl FileLog {
     fn record(&mut self, got: &Result<Vec<&'static str>, headroom_report::RunFilesError>) {
-        let (now, error) = match got {
-            Ok(w) => (w.clone(), None),
-            Err(e) => (e.written.clone(), Some(e.to_string())),
+        let (now, removed, error) = match got {
+            Ok(w) => (w.clone(), Vec::new(), None),
+            Err(e) => (e.written.clone(), e.removed.clone(), Some(e.to_string())),
         };
         let mut ever: Vec<&'static str> = self.current.iter().chain(&self.stale).copied().collect();
-        ever.retain(|f| !now.contains(f));
+        ever.retain(|f| !now.contains(f) && !removed.contains(f));
         self.stale = ever;
         self.current = now;
+        self.removed = removed;
         self.error = error;
     }
 
@@ -719,7 +723,6 @@ impl FileLog {
         let mut s = format!("Run directory: {}", dir.display());
         if self.current.is_empty() && self.stale.is_empty() {
             s.push_str(" (no results file could be written)");
-            return s;
         }
         if !self.current.is_empty() {
             s.push_str(&format!(" ({})", self.current.join(", ")));
@@ -728,6 +731,12 @@ impl FileLog {
             s.push_str(&format!(
                 "; from an earlier level only (the last write failed): {}",
                 self.stale.join(", ")
+            ));
+        }
+        if !self.removed.is_empty() {
+            s.push_str(&format!(
+                "; removed, as the last write could not replace them: {}",
+                self.removed.join(", ")
             ));
         }
         s
@@ -825,20 +834,21 @@ mod tests {
     }
 
     /// The closing line names exactly the files that exist: none, the current ones, and those
-    /// left from an earlier write.
+    /// left from an earlier write; not those a failed write removed.
     #[test]
     fn the_closing_line_names_only_written_files() {
         use std::path::Path;
-        let err = |written: Vec<&'static str>, file| {
+        let err = |written: Vec<&'static str>, file, removed: Vec<&'static str>| {
             Err(headroom_report::RunFilesError {
                 written,
                 file,
+                removed,
                 source: std::io::Error::other("No space left on device"),
             })
         };
         let dir = Path::new("runs/x");
         let mut log = super::FileLog::default();
-        log.record(&err(vec![], "results.json"));
+        log.record(&err(vec![], "results.json", vec![]));
         assert_eq!(
             log.describe(dir),
             "Run directory: runs/x (no results file could be written)"
@@ -850,10 +860,25 @@ mod tests {
             "Run directory: runs/x (results.json, levels.csv, report.md, report.html)"
         );
         assert_eq!(log.error, None);
-        log.record(&err(vec!["results.json"], "levels.csv"));
+        log.record(&err(vec!["results.json"], "levels.csv", vec![]));
         assert_eq!(
             log.describe(dir),
             "Run directory: runs/x (results.json); from an earlier level only (the last write failed): levels.csv, report.md, report.html"
+        );
+        // Renderings the failed write removed are no longer named as present.
+        log.record(&err(
+            vec!["results.json", "levels.csv"],
+            "report.md",
+            vec!["report.md", "report.html"],
+        ));
+        assert_eq!(
+            log.describe(dir),
+            "Run directory: runs/x (results.json, levels.csv); removed, as the last write could not replace them: report.md, report.html"
+        );
+        log.record(&err(vec![], "results.json", vec!["levels.csv"]));
+        assert_eq!(
+            log.describe(dir),
+            "Run directory: runs/x; from an earlier level only (the last write failed): results.json; removed, as the last write could not replace them: levels.csv"
         );
     }
 

@@ -23,9 +23,14 @@ pub const RUN_FILES: [&str; 4] = ["results.json", "levels.csv", "report.md", "re
 pub struct RunFilesError {
     /// Files written (renamed into place) before the failure, in order.
     pub written: Vec<&'static str>,
-    /// The file that could not be written; it and every file after it in [`RUN_FILES`] keep
-    /// whatever an earlier write left (or do not exist).
+    /// The file that could not be written. It and every file after it in [`RUN_FILES`] are not
+    /// current: `results.json` keeps whatever an earlier write left; the renderings an earlier
+    /// write left are removed ([`RunFilesError::removed`]).
     pub file: &'static str,
+    /// Renderings (`levels.csv`, `report.md`, `report.html`) an earlier write left that this one
+    /// could not replace, removed so that none shows an older state of the run (a report still
+    /// "in progress" after the run stopped) beside the newer record.
+    pub removed: Vec<&'static str>,
     /// The I/O error, with the path.
     pub source: std::io::Error,
 }
@@ -46,7 +51,9 @@ impl std::error::Error for RunFilesError {
 ///
 /// Each file is written to a temporary name and renamed, so a crash or a full disk never leaves a
 /// half-written report over a good one (nor a temporary file behind). The first failure stops:
-/// on a full disk nothing after it would fit either.
+/// on a full disk nothing after it would fit either. The renderings it leaves unwritten are
+/// removed where an earlier write left them: derived from an older record, they would say so
+/// beside the newer one (a run stopped by a full disk would keep a report saying "in progress").
 ///
 /// # Errors
 /// [`RunFilesError`]: what was written before the failure, the file and the I/O error.
@@ -60,9 +67,18 @@ pub fn write_run_files(dir: &Path, run: &RunResult) -> Result<Vec<&'static str>,
             _ => Ok(html::render(run).into_bytes()),
         };
         if let Err(source) = bytes.and_then(|b| write_atomic(&dir.join(name), &b)) {
+            let stale = RUN_FILES
+                .iter()
+                .skip(written.len())
+                .skip_while(|f| **f == "results.json");
+            let removed = stale
+                .filter(|f| std::fs::remove_file(dir.join(f)).is_ok())
+                .copied()
+                .collect();
             return Err(RunFilesError {
                 written,
                 file: name,
+                removed,
                 source,
             });
         }
@@ -239,6 +255,53 @@ mod write_tests {
             .collect();
         assert!(!left.iter().any(|n| n.ends_with(".tmp")), "{left:?}");
         assert!(!dir.path().join("report.md").exists());
+    }
+
+    /// A write that fails at any file, after an earlier write of a run still in progress,
+    /// leaves no rendering of the older record: each file is either this write's or gone
+    /// (removed and reported), except `results.json`, whose earlier record stays when it is the
+    /// file that failed.
+    #[test]
+    fn a_failed_write_leaves_no_stale_rendering() {
+        use headroom_core::run::RunStatus;
+        let mut running = crate::testdata::run();
+        running.status = RunStatus::Running;
+        let mut stopped = running.clone();
+        stopped.status = RunStatus::Stopped {
+            reason: "cannot write the run directory: No space left on device".into(),
+        };
+        let in_progress = "still in progress";
+        assert!(super::markdown::render(&running).contains(in_progress));
+        for (i, fail) in super::RUN_FILES.iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            super::write_run_files(dir.path(), &running).unwrap();
+            // A folder stands where the file goes: its write fails as on a full disk.
+            let blocked = dir.path().join(fail);
+            std::fs::remove_file(&blocked).unwrap();
+            std::fs::create_dir_all(blocked.join("x")).unwrap();
+            let e = super::write_run_files(dir.path(), &stopped).unwrap_err();
+            assert_eq!(e.written, super::RUN_FILES[..i], "{fail}");
+            assert_eq!(e.file, *fail);
+            let after: Vec<&str> = super::RUN_FILES[i + 1..].to_vec();
+            assert_eq!(e.removed, after, "{fail}");
+            for f in super::RUN_FILES {
+                let p = dir.path().join(f);
+                if f == *fail {
+                    assert!(p.is_dir(), "{f}");
+                } else if e.removed.contains(&f) {
+                    assert!(!p.exists(), "{fail}: {f} stale");
+                } else {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    assert!(
+                        !text.contains(in_progress),
+                        "{fail}: {f} says {in_progress}"
+                    );
+                    if f == "results.json" {
+                        assert!(text.contains("No space left"), "{fail}");
+                    }
+                }
+            }
+        }
     }
 }
 
