@@ -104,7 +104,9 @@ impl SseSplitter {
     /// An event whose single `data` line and dispatching blank line both lie in this frame (the
     /// usual case) is handed over as a slice of `frame`, without a copy.
     pub fn feed(&mut self, frame: &[u8], on_event: &mut impl FnMut(&[u8])) {
-        if self.overflow.is_some() {
+        // An empty frame (HTTP/2 allows empty DATA frames) changes nothing: between a CR and
+        // its LF it must not end the pending CRLF, or the LF would be a second line end.
+        if self.overflow.is_some() || frame.is_empty() {
             return;
         }
         let mut i = 0;
@@ -528,6 +530,154 @@ impl<'de: 'a, 'a> Deserialize<'de> for FirstChoice<'a> {
     }
 }
 
+/// The properties `crates/load/fuzz` (target `sse`) and the test loop check on any input: the
+/// splitter and the stream state never panic; split into frames anywhere (the input's first
+/// four bytes choose the frame sizes and the line/event limits, the rest is the stream), the
+/// splitter yields exactly the events, and stops exactly where, a whole-stream reading by the
+/// module's rules does, and again after [`SseSplitter::reset`]; no event is larger than its
+/// limits allow; the content chunks kept stay within [`StreamState::max_content_chunks`]; and
+/// wherever the chunk fast path answers (on every event, and on the stream read as one event), it
+/// answers as the serde path does. Panics when one does not hold.
+pub fn check_properties(data: &[u8]) {
+    let (head, stream) = data.split_at(data.len().min(4));
+    let h = |i: usize| head.get(i).copied().unwrap_or(0) as usize;
+    // Small limits (1..=64 bytes a line, 1..=256 an event) so the fuzzer reaches them, or the
+    // defaults.
+    let (max_line, max_event) = if h(0) & 1 == 0 {
+        (1 + (h(0) >> 1) % 64, 1 + h(1))
+    } else {
+        (MAX_LINE_BYTES, MAX_EVENT_BYTES)
+    };
+    let want = reference_events(stream, max_line, max_event);
+    let mut sp = SseSplitter::with_limits(max_line, max_event);
+    for _ in 0..2 {
+        let mut got = Vec::new();
+        let mut seed = (h(2) << 8 | h(3)) as u32 | 1;
+        let mut rest = stream;
+        while !rest.is_empty() {
+            // xorshift: frames of 1 to 16 bytes, or up to 511 now and then (0: an empty frame).
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            let n = if seed.is_multiple_of(8) {
+                seed as usize % 512
+            } else {
+                1 + seed as usize % 16
+            };
+            let (frame, r) = rest.split_at(n.min(rest.len()));
+            sp.feed(frame, &mut |ev| got.push(ev.to_vec()));
+            rest = r;
+        }
+        sp.finish(&mut |ev| got.push(ev.to_vec()));
+        assert_eq!(
+            (&got, sp.overflow().is_some()),
+            (&want.0, want.1),
+            "{:?}",
+            String::from_utf8_lossy(stream)
+        );
+        sp.reset();
+    }
+    let mut st = StreamState {
+        max_content_chunks: Some(1 + h(1) % 8),
+        ..StreamState::default()
+    };
+    for (t, ev) in want.0.iter().enumerate() {
+        assert!(ev.len() <= max_line.max(max_event), "{} bytes", ev.len());
+        st.on_event(ev, t as u64);
+        check_fast_path(ev);
+    }
+    assert!(st.content_chunk_ns.len() <= 1 + h(1) % 8);
+    let _ = st.outcome(false);
+    check_fast_path(stream);
+}
+
+/// `stream`'s events and whether a limit stopped it, read whole by the module's rules: the
+/// reference [`SseSplitter`] must match, however the stream is cut into frames. A line over
+/// `max_line` stops it; so does a `data` line that would take an event's data over `max_event`
+/// (a first `data` line is bounded by `max_line` alone).
+fn reference_events(stream: &[u8], max_line: usize, max_event: usize) -> (Vec<Vec<u8>>, bool) {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i < stream.len() {
+        match stream[i] {
+            b'\n' => {
+                lines.push(&stream[start..i]);
+                start = i + 1;
+            }
+            b'\r' => {
+                lines.push(&stream[start..i]);
+                if stream.get(i + 1) == Some(&b'\n') {
+                    i += 1;
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if start < stream.len() {
+        lines.push(&stream[start..]);
+    }
+    lines.push(b""); // the end of the stream dispatches a pending event
+    let mut events = Vec::new();
+    let mut data: Option<Vec<u8>> = None;
+    for line in lines {
+        if line.len() > max_line {
+            return (events, true);
+        }
+        if line.is_empty() {
+            events.extend(data.take());
+            continue;
+        }
+        if line[0] == b':' {
+            continue;
+        }
+        let (field, value) = match line.iter().position(|&b| b == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        if field != b"data" {
+            continue;
+        }
+        match &mut data {
+            None => data = Some(value.to_vec()),
+            Some(d) if d.len() + 1 + value.len() > max_event => return (events, true),
+            Some(d) => {
+                d.push(b'\n');
+                d.extend_from_slice(value);
+            }
+        }
+    }
+    (events, false)
+}
+
+/// Where the chunk fast path answers on `data`, it answers as the serde path does on a fresh
+/// state (content chunk, `finish_reason`, and nothing else: no usage, metrics or error). Returns
+/// whether it answered; panics on a disagreement.
+fn check_fast_path(data: &[u8]) -> bool {
+    let Some(fast) = super::chunk_scan::scan(data) else {
+        return false;
+    };
+    let mut st = StreamState::default();
+    st.on_event_serde(data, 1);
+    let other = st.usage.is_some()
+        || st.metrics.is_some()
+        || st.server_error.is_some()
+        || st.protocol_error.is_some();
+    let content = !st.content_chunk_ns.is_empty();
+    assert!(
+        !other && content == fast.content && st.finish_reason.as_deref() == fast.finish_reason,
+        "fast path disagrees with serde on {:?}: fast {fast:?}, serde ({content}, {:?}, other {other})",
+        String::from_utf8_lossy(data),
+        st.finish_reason
+    );
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -711,6 +861,30 @@ mod tests {
         assert_eq!(st.protocol_error, None);
     }
 
+    /// Empty frames anywhere — between a CR and its LF above all — change nothing: the LF of a
+    /// CRLF cut by an empty frame was read as a second line end, which dispatched a two-line
+    /// event after its first line (found by the `sse` property loop).
+    #[test]
+    fn empty_frames_change_nothing() {
+        let text = b"data: {\"choices\":\r\ndata: [{\"text\":\"a\"}]}\r\n\r\ndata: [DONE]\r\n\r\n";
+        let whole = run(text, &[]);
+        assert_eq!((whole.events, whole.content_chunk_ns.len()), (2, 1));
+        assert_eq!(whole.protocol_error, None);
+        for at in 0..=text.len() {
+            let mut sp = SseSplitter::new();
+            let mut events = Vec::new();
+            for frame in [&text[..at], b"", b"", &text[at..]] {
+                sp.feed(frame, &mut |ev| events.push(ev.to_vec()));
+            }
+            sp.finish(&mut |ev| events.push(ev.to_vec()));
+            assert_eq!(
+                events,
+                [&b"{\"choices\":\n[{\"text\":\"a\"}]}"[..], b"[DONE]"],
+                "empty frames after byte {at}"
+            );
+        }
+    }
+
     #[test]
     fn error_object_mid_stream() {
         let text = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n\
@@ -842,32 +1016,9 @@ data: [DONE]\n\n";
         assert_eq!(st.content_chunk_ns.len(), 2);
     }
 
-    /// What the serde path makes of one event on a fresh state: content chunk?, finish_reason,
-    /// and whether anything else happened (usage, metrics, errors).
-    fn by_serde(data: &[u8]) -> (bool, Option<String>, bool) {
-        let mut st = StreamState::default();
-        st.on_event_serde(data, 1);
-        let other = st.usage.is_some()
-            || st.metrics.is_some()
-            || st.server_error.is_some()
-            || st.protocol_error.is_some();
-        (!st.content_chunk_ns.is_empty(), st.finish_reason, other)
-    }
-
     /// Where the fast path answers, it must answer as serde does.
     fn agrees(data: &[u8]) -> bool {
-        match super::super::chunk_scan::scan(data) {
-            None => false,
-            Some(s) => {
-                let (content, finish, other) = by_serde(data);
-                assert!(
-                    !other && content == s.content && finish.as_deref() == s.finish_reason,
-                    "fast path disagrees with serde on {:?}: fast {s:?}, serde ({content}, {finish:?}, other {other})",
-                    String::from_utf8_lossy(data)
-                );
-                true
-            }
-        }
+        check_fast_path(data)
     }
 
     /// Every event of every stream fixture, and the stub's chunk shapes.
@@ -972,6 +1123,82 @@ data: [DONE]\n\n";
         assert_eq!(scan(b"{\"s\":\"\xff\"}"), None);
         let deep = format!("{{\"a\":{}1{}}}", "[".repeat(100), "]".repeat(100));
         assert_eq!(scan(deep.as_bytes()), None);
+    }
+
+    /// [`check_properties`] (the fuzz target `sse`'s body) over seeded random mutations of
+    /// every stream fixture (SSE line ends, fields and JSON bytes inserted) and of streams made of
+    /// random lines with random line ends, under random frame cuts and limits: for machines
+    /// without a nightly toolchain.
+    #[test]
+    fn stream_properties_hold_on_mutated_streams() {
+        use rand::RngExt;
+        let streams: Vec<Vec<u8>> = FIXTURES.iter().map(|f| fixture(f.file)).collect();
+        let mut rng = crate::arrivals::seeded_rng(11, 0x55E);
+        const PIECES: &[&[u8]] = &[
+            b"\n",
+            b"\r",
+            b"\r\n",
+            b"\n\n",
+            b"data:",
+            b"data: ",
+            b":",
+            b" ",
+            b"event: x",
+            b"[DONE]",
+            b"\"",
+            b"{",
+            b"}",
+            b"\\u00e9",
+            b"\xc3\xa9",
+            b"\xff",
+            b"\x00",
+        ];
+        // Lines of every kind, ended by LF, CR or CRLF: multi-line events and line ends cut
+        // between frames.
+        const LINES: &[&[u8]] = &[
+            b"data: {\"choices\":[{\"text\":\"a\"}]}",
+            b"data:{\"choices\":[{\"delta\":{\"content\":\"\"},\"finish_reason\":\"stop\"}]}",
+            b"data: [DONE]",
+            b"data: x",
+            b"data:",
+            b"data",
+            b": comment",
+            b"event: e",
+            b"id: 1",
+            b"",
+            b"",
+        ];
+        for i in 0..40_000 {
+            let mut e: Vec<u8> = (0..4).map(|_| rng.random()).collect();
+            if i % 2 == 0 {
+                e.extend_from_slice(&streams[rng.random_range(0..streams.len())]);
+            } else {
+                for _ in 0..rng.random_range(0..24) {
+                    e.extend_from_slice(LINES[rng.random_range(0..LINES.len())]);
+                    let end = [&b"\n"[..], b"\r", b"\r\n"][rng.random_range(0..3)];
+                    e.extend_from_slice(end);
+                }
+            }
+            for _ in 0..rng.random_range(0..6) {
+                let at = rng.random_range(4..=e.len());
+                match rng.random_range(0..3) {
+                    0 => {
+                        let p = PIECES[rng.random_range(0..PIECES.len())];
+                        e.splice(at..at, p.iter().copied());
+                    }
+                    1 => {
+                        let end = (at + rng.random_range(1..40)).min(e.len());
+                        e.drain(at..end);
+                    }
+                    _ => {
+                        let end = (at + rng.random_range(1..40)).min(e.len());
+                        let span = e[at..end].to_vec();
+                        e.splice(at..at, span);
+                    }
+                }
+            }
+            check_properties(&e);
+        }
     }
 
     #[test]
