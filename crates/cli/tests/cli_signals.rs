@@ -3,6 +3,7 @@
 //! and stop `headroom sim` and `headroom gateway` cleanly (exit 0). Every child is bounded: it
 //! is killed if it outlives its deadline.
 
+use headroom_testkit::printed_addr;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -33,29 +34,6 @@ fn wait_exit(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The first `http://HOST:PORT` the child prints on stderr (sim and gateway print their bound
-/// addresses; started on port 0 they cannot race another test for a port). The rest of stderr is
-/// drained in the background so the child never blocks on a full pipe.
-fn printed_addr(child: &mut Child) -> String {
-    use std::io::BufRead;
-    let err = child.stderr.take().expect("piped stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(err).lines() {
-            let Ok(line) = line else { return };
-            if let Some(i) = line.find("http://") {
-                let addr: String = line[i + 7..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                    .collect();
-                let _ = tx.send(addr);
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("the child printed no address within 30 s")
 }
 
 /// Waits until `path` exists (the sweep writes manifest.json before its first level).

@@ -174,6 +174,20 @@ impl ObjectiveResult {
             }
     }
 
+    /// The share of bad samples the objective allows: 1 − p/100 for a latency percentile
+    /// (from the id's `_pNN`), the ratio for an error objective; `None` for other ids.
+    pub fn objective_allowed_share(&self) -> Option<f64> {
+        if let Some(s) = &self.share {
+            return Some(s.allowed);
+        }
+        let bare = self.id.rsplit('/').next().unwrap_or(&self.id);
+        if bare == "error_rate" {
+            return Some(self.threshold);
+        }
+        let p: f64 = bare.rsplit_once("_p")?.1.parse().ok()?;
+        (0.0..100.0).contains(&p).then(|| 1.0 - p / 100.0)
+    }
+
     /// The same result with the count behind it recorded.
     pub fn with_share(mut self, bad: u64, n: u64, allowed: f64) -> ObjectiveResult {
         self.share = Some(BadShare { bad, n, allowed });
@@ -613,8 +627,19 @@ impl LevelResult {
     /// Whether the level's verdict is certain at 95 %: a PASS with no objective borderline, or a
     /// FAIL with at least one objective failing for certain. INCONCLUSIVE is never certain.
     pub fn verdict_is_certain(&self) -> bool {
+        self.verdict_is_certain_for(None)
+    }
+
+    /// [`Self::verdict_is_certain`] counting only the `binding` objectives for a PASS (all when
+    /// `None`; see [`PhaseResult::binding_objectives`]). A FAIL is certain when any objective
+    /// fails for certain.
+    pub fn verdict_is_certain_for(&self, binding: Option<&[String]>) -> bool {
+        let counts = |o: &ObjectiveResult| binding.is_none_or(|b| b.contains(&o.id));
         match self.verdict {
-            Verdict::Pass => !self.objectives.iter().any(ObjectiveResult::is_borderline),
+            Verdict::Pass => !self
+                .objectives
+                .iter()
+                .any(|o| counts(o) && o.is_borderline()),
             Verdict::Fail => self
                 .objectives
                 .iter()
@@ -624,14 +649,15 @@ impl LevelResult {
     }
 
     /// The borderline objective that keeps the level's verdict from being certain: of those
-    /// with the level's verdict, the one furthest from certainty (most samples to decide it;
-    /// within noise of its threshold first).
-    pub fn deciding_borderline(&self) -> Option<&ObjectiveResult> {
-        if self.verdict_is_certain() {
+    /// with the level's verdict (and among `binding`, when given), the one furthest from
+    /// certainty (most samples to decide it; within noise of its threshold first).
+    pub fn deciding_borderline(&self, binding: Option<&[String]>) -> Option<&ObjectiveResult> {
+        if self.verdict_is_certain_for(binding) {
             return None;
         }
         self.objectives
             .iter()
+            .filter(|o| binding.is_none_or(|b| b.contains(&o.id)))
             .filter(|o| o.is_borderline() && o.verdict == self.verdict)
             .max_by_key(|o| {
                 o.share
@@ -642,12 +668,35 @@ impl LevelResult {
 }
 
 impl PhaseResult {
-    /// The capacity with its uncertainty ([`CapacityBand`]).
+    /// The objectives that locate the phase's capacity: those that failed at some level (all of
+    /// them when none did). One that passes at every level tried, up to loads where another
+    /// fails, bounds nothing in the range tried, so its own uncertainty (an error rate of 0 in 40
+    /// requests is not certain below 0.5 %) does not widen the capacity band.
+    pub fn binding_objectives(&self) -> Option<Vec<String>> {
+        let failed: Vec<String> = self
+            .levels
+            .iter()
+            .flat_map(|l| l.objectives.iter())
+            .filter(|o| o.verdict == Verdict::Fail)
+            .map(|o| o.id.clone())
+            .fold(Vec::new(), |mut v, id| {
+                if !v.contains(&id) {
+                    v.push(id);
+                }
+                v
+            });
+        (!failed.is_empty()).then_some(failed)
+    }
+
+    /// The capacity with its uncertainty ([`CapacityBand`]), judged on the
+    /// [binding objectives](Self::binding_objectives).
     pub fn capacity_band(&self) -> CapacityBand {
+        let binding = self.binding_objectives();
+        let binding = binding.as_deref();
         let low = self
             .levels
             .iter()
-            .filter(|l| l.verdict == Verdict::Pass && l.verdict_is_certain())
+            .filter(|l| l.verdict == Verdict::Pass && l.verdict_is_certain_for(binding))
             .map(|l| l.load)
             .reduce(f64::max);
         let high = self
@@ -660,7 +709,7 @@ impl PhaseResult {
         let mut borderline: Vec<f64> = self
             .levels
             .iter()
-            .filter(|l| l.verdict != Verdict::Inconclusive && !l.verdict_is_certain())
+            .filter(|l| l.verdict != Verdict::Inconclusive && !l.verdict_is_certain_for(binding))
             .map(|l| l.load)
             .collect();
         borderline.sort_by(f64::total_cmp);

@@ -14,8 +14,9 @@ pub fn render(run: &RunResult) -> String {
         .phases
         .iter()
         .map(|p| {
+            let binding = p.binding_objectives();
             let cap = match (p.capacity, p.operating_level()) {
-                (Some(c), Some(l)) if !l.verdict_is_certain() => {
+                (Some(c), Some(l)) if !l.verdict_is_certain_for(binding.as_deref()) => {
                     match p.capacity_band().low.filter(|lo| *lo < c) {
                         Some(lo) => format!("{}–{}", fmt_num(lo), fmt_load(c, p.mode)),
                         None => format!("≤ {} (borderline)", fmt_load(c, p.mode)),
@@ -132,8 +133,9 @@ pub fn render(run: &RunResult) -> String {
 /// or, for a phase whose levels were all short of samples, the flag that would settle it.
 fn uncertainty_line(p: &PhaseResult) -> Option<String> {
     let band = p.capacity_band();
+    let binding = p.binding_objectives();
     if let (Some(cap), Some(level)) = (p.capacity, p.operating_level())
-        && let Some(o) = level.deciding_borderline()
+        && let Some(o) = level.deciding_borderline(binding.as_deref())
     {
         let range = match band.low.filter(|lo| *lo < cap) {
             Some(lo) => format!("{}–{}", fmt_num(lo), fmt_load(cap, p.mode)),

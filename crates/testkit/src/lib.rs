@@ -34,6 +34,33 @@ impl Drop for Killed {
     }
 }
 
+/// The first `HOST:PORT` after `http://` the child prints on stderr (`headroom sim` and
+/// `headroom gateway` print their bound addresses; started on port 0 they cannot race another
+/// test for a port). The rest of stderr is drained in the background so the child never blocks
+/// on a full pipe.
+///
+/// # Panics
+/// When the child's stderr is not piped, or no address appears within 30 s.
+pub fn printed_addr(child: &mut Child) -> String {
+    use std::io::BufRead;
+    let err = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines() {
+            let Ok(line) = line else { return };
+            if let Some(i) = line.find("http://") {
+                let addr: String = line[i + 7..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                    .collect();
+                let _ = tx.send(addr);
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the child printed no address within 30 s")
+}
+
 /// The port a Prometheus started with `--web.listen-address=127.0.0.1:0 --log.level=info`
 /// bound, read from the line `msg="Listening on" address=127.0.0.1:PORT` of its log file.
 ///

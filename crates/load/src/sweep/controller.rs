@@ -651,20 +651,21 @@ fn early_stop_check(
         if elapsed < borderline_until
             && results.iter().any(|r| {
                 // Every request started in the window gives one TTFT (and queue-time) sample,
-                // although it is recorded when it ends.
+                // although it is recorded when it ends (a long answer's TTFT only then).
                 let per_request = r.id.contains("ttft") || r.id.contains("queue_time");
+                let k = r.share.map_or(r.samples, |s| s.n);
+                let have = if per_request { k.max(rec.started) } else { k };
+                let need = match r.share {
+                    // The share seen so far: the samples at which it would be certain.
+                    Some(s) if s.n > 0 && s.bad > 0 => s.samples_to_decide(),
+                    // None above the threshold yet (or not recorded yet): the fewest samples
+                    // any certain PASS needs (73 for a p95: z²·0.95/0.05).
+                    _ => r
+                        .objective_allowed_share()
+                        .and_then(|a| headroom_core::stats::samples_to_decide(0, 1, a)),
+                };
                 r.verdict == Verdict::Inconclusive
-                    && r.share.is_some_and(|s| {
-                        let n = if per_request {
-                            s.n.max(rec.started)
-                        } else {
-                            s.n
-                        };
-                        n >= r.needed_samples()
-                            && !s.is_certain()
-                            && s.samples_to_decide()
-                                .is_some_and(|need| need as f64 <= n as f64 * growth)
-                    })
+                    && need.is_some_and(|need| have < need && need as f64 <= have as f64 * growth)
             })
         {
             return false;
@@ -720,7 +721,8 @@ fn queue_bound_by_ttft(
     };
     let r = evaluate(&[proxy], &ev, final_window).pop()?;
     (r.verdict == Verdict::Pass).then(|| ObjectiveResult {
-        share: None,
+        // An upper bound on the queue-time share: as certain as the TTFT count behind it.
+        share: r.share,
         id: o.id(),
         description: o.describe(),
         threshold: *threshold_s,
