@@ -1,5 +1,6 @@
 //! Headroom's shared vocabulary: no I/O, no clock — except the one file write every
-//! run-directory writer shares ([`atomic`]).
+//! run-directory writer shares ([`atomic`]) and the open-file limit the client and the gateway
+//! both raise ([`fd_limit`]).
 //!
 //! What lives here: the definitions the field disagrees on (TTFT, ITL, TPOT, E2E; see
 //! [`signal`]), request outcomes ([`outcome`]), the SLO file ([`slo`]) and the verdict and finding
@@ -8,6 +9,7 @@
 //! `signals`), measuring (crate `load`), rendering (crate `report`).
 
 pub mod atomic;
+pub mod fd_limit;
 pub mod outcome;
 pub mod retry;
 pub mod run;

@@ -17,38 +17,11 @@
 use std::io;
 use std::time::Duration;
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit in force after
-/// (`None` where it cannot be read).
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (once per process, as the sweep client
+/// does: [`headroom_core::fd_limit::fd_limit`]); returns the soft limit in force after (`None`
+/// where it cannot be read or is unlimited).
 pub fn raise_fd_limit() -> Option<u64> {
-    #[cfg(unix)]
-    {
-        let mut rl = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit and setrlimit only read and write the struct we own.
-        unsafe {
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut rl) != 0 {
-                return None;
-            }
-            if rl.rlim_cur < rl.rlim_max {
-                let want = libc::rlimit {
-                    rlim_cur: rl.rlim_max,
-                    rlim_max: rl.rlim_max,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const want) == 0 {
-                    rl.rlim_cur = rl.rlim_max;
-                }
-            }
-        }
-        // `rlim_t` is u64 on Linux but not on every unix.
-        #[allow(clippy::useless_conversion)]
-        Some(u64::try_from(rl.rlim_cur).unwrap_or(u64::MAX))
-    }
-    #[cfg(not(unix))]
-    {
-        None
-    }
+    Some(headroom_core::fd_limit::fd_limit().soft).filter(|&s| s != u64::MAX)
 }
 
 /// Connection cap for a soft fd limit: two descriptors per connection after a reserve of a

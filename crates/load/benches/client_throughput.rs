@@ -47,17 +47,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit read and write the struct we own.
-    unsafe {
-        let mut rl: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
-            rl.rlim_cur = rl.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &raw const rl);
-        }
-    }
-}
-
 struct Throughput {
     chunks: u64,
     requests: u64,
@@ -211,7 +200,7 @@ fn report(name: &str, t: &Throughput) {
 }
 
 fn main() {
-    raise_fd_limit();
+    headroom_core::fd_limit::fd_limit();
     let secs = env_u64("BENCH_SECS", 10) as f64;
     let streams = env_u64("BENCH_STREAMS", 2000) as usize;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
