@@ -3,6 +3,7 @@
 use anyhow::{Result, bail};
 use clap::Args;
 use headroom_load::sweep::compare::{Gate, RunDir, compare, parse_latency_allowances, render_text};
+use headroom_load::sweep::compare_html::render_html;
 use std::path::PathBuf;
 
 /// Arguments of `headroom compare`.
@@ -25,8 +26,8 @@ pub struct CompareArgs {
     /// different things).
     #[arg(long)]
     pub allow_different_workload: bool,
-    /// Output format.
-    #[arg(long, default_value = "text", value_parser = ["text", "md", "json"])]
+    /// Output format; `html` is one self-contained page with a chart per latency objective.
+    #[arg(long, default_value = "text", value_parser = ["text", "md", "json", "html"])]
     pub format: String,
 }
 
@@ -68,6 +69,7 @@ pub async fn run(a: CompareArgs) -> Result<i32> {
     match a.format.as_str() {
         "json" => println!("{}", serde_json::to_string_pretty(&c)?),
         "md" => print!("{}", render_text(&c, true)),
+        "html" => print!("{}", render_html(&c, &base, &cand)),
         _ => print!("{}", render_text(&c, false)),
     }
     Ok(c.decision.exit_code())

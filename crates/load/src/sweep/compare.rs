@@ -391,6 +391,11 @@ pub struct LatencyComparison {
     pub after_s: f64,
     /// Confidence interval of `after − before`, seconds.
     pub diff_ci_s: (f64, f64),
+    /// The baseline's percentile interval (order statistics, each run's share of the
+    /// confidence), seconds.
+    pub before_ci_s: (f64, f64),
+    /// The candidate's percentile interval, seconds.
+    pub after_ci_s: (f64, f64),
     /// Confidence of that interval (0.95, or more when split over several gated comparisons).
     pub confidence: f64,
     /// Independent samples behind each side (requests; for ITL the requests its gaps came from).
@@ -519,7 +524,7 @@ impl Decision {
 
 /// The latency objectives of a phase as (id as the sweep wrote it, class, signal, percentile,
 /// threshold).
-fn latency_objectives(
+pub(crate) fn latency_objectives(
     slo: &SloFile,
     phase: &PhaseResult,
 ) -> Vec<(String, String, LatencySignal, f64, f64)> {
@@ -754,6 +759,8 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
                     before_s: va,
                     after_s: vb,
                     diff_ci_s: ci,
+                    before_ci_s: (la, ha),
+                    after_ci_s: (lb, hb),
                     confidence: 1.0 - per_test,
                     samples: (na, nb),
                     verdicts,
@@ -876,7 +883,7 @@ fn parse_duration_s(v: &str) -> Option<f64> {
         .map(|x| x * scale)
 }
 
-fn fmt_s(s: f64) -> String {
+pub(crate) fn fmt_s(s: f64) -> String {
     let a = s.abs();
     if a >= 1.0 {
         format!("{s:.2} s")
@@ -887,7 +894,7 @@ fn fmt_s(s: f64) -> String {
     }
 }
 
-fn fmt_signed_s(s: f64) -> String {
+pub(crate) fn fmt_signed_s(s: f64) -> String {
     if s >= 0.0 {
         format!("+{}", fmt_s(s))
     } else {
@@ -895,7 +902,7 @@ fn fmt_signed_s(s: f64) -> String {
     }
 }
 
-fn fmt_band(b: &CapacityBand) -> String {
+pub(crate) fn fmt_band(b: &CapacityBand) -> String {
     let f = headroom_core::slo::fmt_num;
     match (b.low, b.high) {
         (Some(l), Some(h)) => format!("certain {}, fails {}", f(l), f(h)),
@@ -905,27 +912,11 @@ fn fmt_band(b: &CapacityBand) -> String {
     }
 }
 
-/// Plain-text report (also valid Markdown, with `md`): decision first, then what changed,
-/// capacity, and each common level.
-pub fn render_text(c: &Comparison, markdown: bool) -> String {
+/// The lines that explain the decision: each capacity and each gated latency comparison that is
+/// not "no detectable change" (empty when nothing moved beyond the runs' uncertainty).
+pub fn headline(c: &Comparison) -> Vec<String> {
     let f = headroom_core::slo::fmt_num;
-    let mut o = String::new();
-    let h = |o: &mut String, t: &str| {
-        if markdown {
-            o.push_str(&format!("\n## {t}\n\n"));
-        } else {
-            o.push_str(&format!("\n{t}\n"));
-        }
-    };
-    o.push_str(&format!(
-        "{}{}: {} against {}\n",
-        if markdown { "# " } else { "" },
-        c.decision.as_str(),
-        c.candidate,
-        c.baseline
-    ));
-    let first: Vec<String> = c
-        .capacity
+    c.capacity
         .iter()
         .filter(|x| x.change != Change::NoDetectableChange)
         .map(|x| format!("{}: capacity {}: {}", x.phase, x.change.as_str(), x.why))
@@ -950,7 +941,29 @@ pub fn render_text(c: &Comparison, markdown: bool) -> String {
                     )
                 }),
         )
-        .collect();
+        .collect()
+}
+
+/// Plain-text report (also valid Markdown, with `md`): decision first, then what changed,
+/// capacity, and each common level.
+pub fn render_text(c: &Comparison, markdown: bool) -> String {
+    let f = headroom_core::slo::fmt_num;
+    let mut o = String::new();
+    let h = |o: &mut String, t: &str| {
+        if markdown {
+            o.push_str(&format!("\n## {t}\n\n"));
+        } else {
+            o.push_str(&format!("\n{t}\n"));
+        }
+    };
+    o.push_str(&format!(
+        "{}{}: {} against {}\n",
+        if markdown { "# " } else { "" },
+        c.decision.as_str(),
+        c.candidate,
+        c.baseline
+    ));
+    let first = headline(c);
     if first.is_empty() {
         o.push_str("  nothing moved beyond the runs' uncertainty\n");
     }
