@@ -189,21 +189,21 @@ pub fn client_location(v: &str, prefix: &str) -> Option<String> {
             None => "/".to_string(),
         },
     };
-    // `//host` (or `/\\host`, which URL parsers read alike for http) would name a host again.
-    if authority_after(&path) {
-        return None;
-    }
-    if !prefix.is_empty()
-        && let Some(tail) = path.strip_prefix(prefix)
-        && (tail.is_empty() || tail.starts_with(['/', '?', '#']))
-    {
-        return Some(if tail.starts_with('/') {
-            tail.to_string()
-        } else {
-            format!("/{tail}")
-        });
-    }
-    Some(path)
+    let out = match path.strip_prefix(prefix) {
+        Some(tail)
+            if !prefix.is_empty() && (tail.is_empty() || tail.starts_with(['/', '?', '#'])) =>
+        {
+            if tail.starts_with('/') {
+                tail.to_string()
+            } else {
+                format!("/{tail}")
+            }
+        }
+        _ => path,
+    };
+    // `//host` (or `/\\host`, which URL parsers read alike for http) would name a host again,
+    // also when only the prefix stood before it (`/vllm//host`).
+    (!authority_after(&out)).then_some(out)
 }
 
 /// The properties `crates/gateway/fuzz` (target `path`) and the test loop check on any
@@ -368,6 +368,8 @@ mod tests {
                 .collect();
             check_properties(s.as_bytes());
             check_properties(format!("/{s}").as_bytes());
+            // A Location under the upstream's base path, which is stripped from it.
+            check_properties(format!("/p\n/p{s}").as_bytes());
         }
     }
 
@@ -396,6 +398,12 @@ mod tests {
             ("\\\\evil.example/x", "", Some("/x")),
             ("http://h/\\evil.example", "", None),
             ("models", "", Some("models")),
+            // What follows the stripped base path must not name a host either (found by the
+            // fuzz target `path`: `/vllm///x` left `///x`).
+            ("/vllm//evil.example/x", "/vllm", None),
+            ("/vllm/\\evil.example/x", "/vllm", None),
+            ("http://10.0.0.7:8000/vllm///x", "/vllm", None),
+            ("/vllm/x//y", "/vllm", Some("/x//y")),
         ] {
             assert_eq!(client_location(v, prefix).as_deref(), want, "{v}");
         }
