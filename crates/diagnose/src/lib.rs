@@ -45,6 +45,11 @@ pub struct ClientView {
     pub output_tokens: Option<u64>,
     /// Set when the realised workload drifted from its spec.
     pub workload_drift: Option<WorkloadDrift>,
+    /// Requests the client started before the measurement window (its warm-up): they may
+    /// finish inside it, so the engine's window counters and histograms include them while the
+    /// client's window figures do not. A breach of the engine's histogram no larger than this
+    /// count can be theirs ([`engine_overrules_bounds`]). `None` when unknown.
+    pub started_before_window: Option<u64>,
     /// Share (0–1, by mix weight) of the requests the client sent with vLLM's `ignore_eos: true`,
     /// which makes every such answer run to `max_tokens` and end with `finished_reason="length"`
     /// by design. `None` when unknown (a `diagnose` of a live server).
@@ -423,7 +428,8 @@ fn judge_objectives(
         .map(|o| {
             if let Some(r) = rows.iter().find(|r| r.id == o.id()) {
                 // The client's TTFT bound and the engine's histogram: the stricter holds.
-                return engine_overrules_bounds(w, o, &[r]).unwrap_or_else(|| r.clone());
+                let before = client.and_then(|c| c.started_before_window);
+                return engine_overrules_bounds(w, o, &[r], before).unwrap_or_else(|| r.clone());
             }
             match o {
                 Objective::Latency {
@@ -457,11 +463,16 @@ pub const QUEUE_BOUND_BY_TTFT: &str = "bounded by the client's TTFT";
 /// counts' lower bound on that share, as a Wilson interval, [`decide`]), the engine's FAIL, id
 /// `o.id()`, whose reason names both: the bound covers the requests that started in the window,
 /// the histogram every request that finished in it (earlier ones included), and a breach the
-/// engine counted happened. `None` otherwise (no such bound, no histogram, no certain breach).
+/// engine counted happened. `None` otherwise (no such bound, no histogram, no certain breach),
+/// and also when the breach is no larger than `started_before_window`, the requests started
+/// before the window that may have finished in it: then the breach can be theirs (the start-up
+/// of a level, whose answers outlast the window, queues while the window's requests do not),
+/// and the window's own requests, whose TTFT bounds their queue time, are the measurement.
 pub fn engine_overrules_bounds(
     w: &Window,
     o: &Objective,
     bounds: &[&ObjectiveResult],
+    started_before_window: Option<u64>,
 ) -> Option<ObjectiveResult> {
     let Objective::Latency {
         signal: LatencySignal::QueueTime,
@@ -487,7 +498,9 @@ pub fn engine_overrules_bounds(
     let (_, _, le_hi) = h.fraction_le_bounded(*threshold_s)?;
     let bad = ((1.0 - le_hi) * n as f64 - 1e-9).ceil().max(0.0) as u64;
     let allowed = 1.0 - percentile / 100.0;
-    if decide(bad, n, allowed) != Decision::BreachCertain {
+    if decide(bad, n, allowed) != Decision::BreachCertain
+        || started_before_window.is_some_and(|k| bad <= k)
+    {
         return None;
     }
     let named: Vec<String> = bounds

@@ -419,6 +419,7 @@ fn answers_cut_at_max_tokens_are_truncation_and_natural_stops_are_not() {
     );
     // A client that sent none with ignore_eos: truncation, a finding.
     let none = ClientView {
+        started_before_window: None,
         ignore_eos_share: Some(0.0),
         ..ClientView::default()
     };
@@ -428,6 +429,7 @@ fn answers_cut_at_max_tokens_are_truncation_and_natural_stops_are_not() {
     // The same server view from a sweep whose client sent every request with ignore_eos: the
     // answers end at max_tokens by design, so this is not truncation.
     let all = ClientView {
+        started_before_window: None,
         ignore_eos_share: Some(1.0),
         ..ClientView::default()
     };
@@ -436,6 +438,7 @@ fn answers_cut_at_max_tokens_are_truncation_and_natural_stops_are_not() {
     // Half of them with ignore_eos: the other half still ended at the cap (100 % length, 50 %
     // by design), which is truncation, with the by-design share in the evidence.
     let half = ClientView {
+        started_before_window: None,
         ignore_eos_share: Some(0.5),
         ..ClientView::default()
     };
@@ -452,6 +455,7 @@ fn answers_cut_at_max_tokens_are_truncation_and_natural_stops_are_not() {
     );
     // 97 % by design leaves 3 % unexplained, under the 5 % threshold.
     let most = ClientView {
+        started_before_window: None,
         ignore_eos_share: Some(0.97),
         ..ClientView::default()
     };

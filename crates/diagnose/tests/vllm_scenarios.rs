@@ -126,6 +126,7 @@ fn refusals() {
     let w = window("vllm/v0.32-cpu-queueing-maxseqs4.prom");
     // The client says 15 finished; the server counted 16.
     let client = ClientView {
+        started_before_window: None,
         requests_finished: Some(15),
         ..ClientView::default()
     };
@@ -555,6 +556,7 @@ fn generated_over_max_tokens_is_labelled_a_ratio() {
     );
     // A client that sent no request with ignore_eos: every answer at the cap is truncation.
     let client = ClientView {
+        started_before_window: None,
         ignore_eos_share: Some(0.0),
         ..ClientView::default()
     };

@@ -791,7 +791,12 @@ fn mix_engine_spec(
 /// The engine's FAIL rows for the mix's server-only objectives that every class settled from
 /// its TTFT (`{class}/{id}` rows, no engine row `{id}`) and the engine's histogram breaches with
 /// certainty ([`headroom_diagnose::engine_overrules_bounds`]).
-fn overruled_bounds(w: &Window, spec: &SloSpec, rows: &[ObjectiveResult]) -> Vec<ObjectiveResult> {
+fn overruled_bounds(
+    w: &Window,
+    spec: &SloSpec,
+    rows: &[ObjectiveResult],
+    started_before_window: Option<u64>,
+) -> Vec<ObjectiveResult> {
     spec.objectives
         .iter()
         .filter(|o| is_server_only(o) && !rows.iter().any(|r| r.id == o.id()))
@@ -799,7 +804,7 @@ fn overruled_bounds(w: &Window, spec: &SloSpec, rows: &[ObjectiveResult]) -> Vec
             let suffix = format!("/{}", o.id());
             let bounds: Vec<&ObjectiveResult> =
                 rows.iter().filter(|r| r.id.ends_with(&suffix)).collect();
-            headroom_diagnose::engine_overrules_bounds(w, o, &bounds)
+            headroom_diagnose::engine_overrules_bounds(w, o, &bounds, started_before_window)
         })
         .collect()
 }
@@ -929,6 +934,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
                 requests_finished: None,
                 output_tokens: None,
                 workload_drift: workload_drift.clone(),
+                started_before_window: Some(rec.warmup_started),
                 ignore_eos_share: Some(ignore_eos_share(&j.phase.plans)),
             };
             let spec = if mix {
@@ -950,7 +956,8 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
                 objectives.extend(a.objectives.iter().cloned());
                 // A queue time every class bounded by its TTFT, which the engine's histogram
                 // breaches with certainty: the stricter holds.
-                let mut over = overruled_bounds(meas, j.spec, &objectives);
+                let mut over =
+                    overruled_bounds(meas, j.spec, &objectives, Some(rec.warmup_started));
                 if let Some(d) = &workload_drift {
                     headroom_diagnose::apply_drift(&mut over, d);
                 }
