@@ -693,6 +693,7 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
                     a.class.clone()
                 };
                 let client = headroom_diagnose::ClientView {
+                    started_before_window: None,
                     // The mix's objectives are per class (`class/ttft_p95`); the engine's
                     // series cannot be split by class, so the mix is judged on the engine alone.
                     objectives: if sl.mix {
