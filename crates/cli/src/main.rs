@@ -4,6 +4,7 @@
 mod compare_cmd;
 mod diagnose_cmd;
 mod gateway_cmd;
+mod report_cmd;
 mod sim_cmd;
 mod slo_cmd;
 mod sweep_cmd;
@@ -27,6 +28,9 @@ enum Command {
     /// each objective's percentile with a confidence interval on the difference. Exit 0 promote,
     /// 1 regression, 2 inconclusive or bad input.
     Compare(compare_cmd::CompareArgs),
+    /// Render a run directory's reports (levels.csv, report.md, report.html) again from its
+    /// results.json, with this version's renderers.
+    Report(report_cmd::ReportArgs),
     /// Serve the vLLM-compatible engine twin (no GPU needed).
     Sim(sim_cmd::SimArgs),
     /// Judge a live server, a Prometheus range or saved scrapes against the SLO: the six-step
@@ -110,6 +114,7 @@ fn main() -> ExitCode {
             Command::Sweep(a) => sweep_cmd::run(a, argv).await,
             Command::Diagnose(a) => diagnose_cmd::run(a).await,
             Command::Compare(a) => compare_cmd::run(a).await,
+            Command::Report(a) => report_cmd::run(a).await,
             Command::Slo(a) => slo_cmd::run(a).await,
             Command::Gateway(a) => gateway_cmd::run(a).await.map(|()| 0),
         }

@@ -1,7 +1,8 @@
 //! `headroom compare` end to end on the engine twin: the same workload swept against a twin and
 //! against the same twin with half its scheduler slots (`--max-num-seqs`); the comparison must
 //! call that a regression and name the queue as the phase that moved, while two sweeps of one
-//! configuration with different seeds must show no detectable change. Each child is bounded.
+//! configuration with different seeds must show no detectable change; `headroom report` renders
+//! a run directory again. Each child is bounded.
 
 use headroom_testkit::{Killed, printed_addr};
 use std::path::Path;
@@ -115,6 +116,23 @@ fn a_halved_scheduler_is_a_regression_and_a_reseed_is_not() {
         moved.contains("queue") || moved.contains("waiting"),
         "moved most: {moved}; {at16:#}"
     );
+    // `headroom report` renders a run directory again from its results.json alone.
+    let base = dir.path().join("base");
+    for f in ["report.html", "report.md", "levels.csv"] {
+        std::fs::remove_file(base.join(f)).unwrap();
+    }
+    let before = std::fs::read(base.join("results.json")).unwrap();
+    let st = Command::new(BIN)
+        .arg("report")
+        .arg(&base)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for f in ["report.html", "report.md", "levels.csv"] {
+        assert!(base.join(f).exists(), "{f}");
+    }
+    assert_eq!(std::fs::read(base.join("results.json")).unwrap(), before);
     // The same comparison refuses runs of another workload unless allowed.
     let other = dir.path().join("other");
     std::fs::create_dir_all(&other).unwrap();

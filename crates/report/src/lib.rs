@@ -87,6 +87,37 @@ pub fn write_run_files(dir: &Path, run: &RunResult) -> Result<Vec<&'static str>,
     Ok(written)
 }
 
+/// Renders a run directory's reports again from its `results.json` (`headroom report`): the
+/// derived files (levels.csv, report.md, report.html) with this version's renderers, after an
+/// upgrade or to produce them again; `results.json` itself, the record, is left as it is.
+/// Capacity bands missing from results written before they existed are recomputed for the
+/// renderings.
+///
+/// # Errors
+/// The file and the I/O error of the first write that failed.
+pub fn rerender_run_files(
+    dir: &Path,
+    run: &RunResult,
+) -> Result<Vec<&'static str>, (&'static str, std::io::Error)> {
+    let mut run = run.clone();
+    for p in &mut run.phases {
+        if p.capacity_band.is_none() {
+            p.capacity_band = Some(p.capacity_band());
+        }
+    }
+    let mut written = Vec::new();
+    for name in RUN_FILES.iter().copied().filter(|f| *f != "results.json") {
+        let bytes = match name {
+            "levels.csv" => csv::render(&run),
+            "report.md" => markdown::render(&run),
+            _ => html::render(&run),
+        };
+        write_atomic(&dir.join(name), bytes.as_bytes()).map_err(|e| (name, e))?;
+        written.push(name);
+    }
+    Ok(written)
+}
+
 pub use headroom_core::atomic::write_atomic;
 
 /// Formats a load level for people: `12 concurrent`, `2.5 req/s`.

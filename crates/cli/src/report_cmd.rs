@@ -1,0 +1,41 @@
+//! `headroom report RUN_DIR`: a run directory's reports rendered again from its results.json.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use headroom_core::run::RunResult;
+use std::path::PathBuf;
+
+/// Arguments of `headroom report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A sweep's run directory (holding results.json).
+    pub run_dir: PathBuf,
+}
+
+/// Reads `RUN_DIR/results.json`, writes levels.csv, report.md and report.html with this
+/// version's renderers and prints the capacity summary. Exit 0; bad input is an error (exit 2).
+pub async fn run(a: ReportArgs) -> Result<i32> {
+    let path = a.run_dir.join("results.json");
+    let meta = std::fs::symlink_metadata(&path).with_context(|| {
+        format!(
+            "{}: cannot read (is this a sweep's run directory?)",
+            path.display()
+        )
+    })?;
+    if meta.file_type().is_symlink() {
+        bail!("{}: a symbolic link; refusing to follow it", path.display());
+    }
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    let run: RunResult = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a sweep's results", path.display()))?;
+    let written = headroom_report::rerender_run_files(&a.run_dir, &run)
+        .map_err(|(f, e)| anyhow::anyhow!("{}: cannot write {f}: {e}", a.run_dir.display()))?;
+    println!("{}", headroom_report::terminal::render(&run));
+    println!(
+        "Rendered again in {}: {}",
+        a.run_dir.display(),
+        written.join(", ")
+    );
+    Ok(0)
+}
