@@ -1235,3 +1235,32 @@ async fn invented_methods_share_one_label_value() {
     })
     .await;
 }
+
+/// `POST /tokenize` counts as the completions and chat endpoints count a prompt (their `usage`
+/// is the check), in vLLM's answer shape; an unknown model is vLLM's 404.
+#[tokio::test]
+async fn tokenize_counts_as_usage_does() {
+    bounded(async {
+        let srv = start(spec(0.0), Faults::default(), None).await;
+        let a = srv.api_addr;
+        let t = post(a, "/tokenize", &serde_json::json!({"prompt": "one two three four"})).await;
+        assert_eq!(t.status, 200);
+        let v = t.json();
+        assert_eq!(v["count"], 4);
+        assert_eq!(v["tokens"].as_array().unwrap().len(), 4);
+        assert_eq!(v["max_model_len"], 2048);
+        let msgs = serde_json::json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": "one two"}]);
+        let t = post(a, "/tokenize", &serde_json::json!({"messages": msgs})).await;
+        let chat = post(
+            a,
+            "/v1/chat/completions",
+            &serde_json::json!({"messages": msgs, "max_tokens": 1, "stream": true, "stream_options": {"include_usage": true}}),
+        )
+        .await;
+        let (_, usage, _) = tally(&chat.events());
+        assert_eq!(t.json()["count"], usage["prompt_tokens"]);
+        let t = post(a, "/tokenize", &serde_json::json!({"model": "nope", "prompt": "x"})).await;
+        assert_eq!(t.status, 404);
+    })
+    .await;
+}

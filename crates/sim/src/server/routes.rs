@@ -69,6 +69,7 @@ pub(crate) fn api_router(state: Shared) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_api_key,
@@ -145,6 +146,60 @@ async fn version() -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         r#"{"version":"0.32.0"}"#,
+    )
+        .into_response()
+}
+
+/// `POST /tokenize` as vLLM serves it (`vllm/entrypoints/serve/tokenize`): a `prompt` string, or
+/// `messages` rendered with the presets' ChatML template (and the generation prompt unless
+/// `add_generation_prompt` is false), counted by [`crate::tokenize`]; `add_special_tokens` adds
+/// nothing (the Qwen2.5 presets have no BOS). Answers `count`, `max_model_len`, `tokens` and
+/// `token_strs` (null), as vLLM 0.32 does.
+async fn tokenize(State(s): State<Shared>, body: Bytes) -> Response {
+    let v: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return ApiError::bad_request(format!("invalid JSON: {e}")).into_response(),
+    };
+    if let Some(m) = v.get("model").and_then(serde_json::Value::as_str)
+        && !s.ctx.served_model_names.iter().any(|n| n == m)
+    {
+        return ApiError::unknown_model(m, &s.ctx.served_model_names).into_response();
+    }
+    let text = if let Some(p) = v.get("prompt").and_then(serde_json::Value::as_str) {
+        p.to_string()
+    } else if let Some(msgs) = v.get("messages").and_then(serde_json::Value::as_array) {
+        let mut t = String::new();
+        for m in msgs {
+            let role = m
+                .get("role")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("user");
+            let content = m
+                .get("content")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
+            t.push_str(&format!("<|im_start|>{role}\n{content}<|im_end|>\n"));
+        }
+        if v.get("add_generation_prompt")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(true)
+        {
+            t.push_str("<|im_start|>assistant\n");
+        }
+        t
+    } else {
+        return ApiError::bad_request("either `prompt` or `messages` is required").into_response();
+    };
+    let tokens = crate::tokenize(&text);
+    let body = serde_json::json!({
+        "count": tokens.len(),
+        "max_model_len": s.ctx.max_model_len,
+        "tokens": tokens,
+        "token_strs": null,
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
     )
         .into_response()
 }
