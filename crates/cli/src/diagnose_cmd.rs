@@ -13,6 +13,7 @@ use headroom_core::Verdict;
 use headroom_core::run::redact_url;
 use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, SloSpec, parse_duration_s};
 use headroom_diagnose::{Origin, PrefixPlan, Setting};
+use headroom_load::sweep::controller::{Phase, phase_spec, rejudge_level};
 use headroom_report::diagnosis::{self, Diagnosis, DiagnosisSource};
 use headroom_signals::adapter::{Instance, instances};
 use headroom_signals::promql::{PromClient, parse_range, window_from_prometheus};
@@ -98,6 +99,9 @@ struct Read {
     dcgm_scraped: bool,
     location: String,
     level: Option<u32>,
+    /// A run directory level's every scrape, warm-up included, for the sweep's own judgement
+    /// ([`headroom_load::sweep::controller::rejudge_level`]); `None` for other sources.
+    level_scrapes: Option<Loaded>,
 }
 
 fn duration_flag(name: &str, v: &str) -> Result<Duration> {
@@ -131,12 +135,17 @@ fn selection(args: &[String]) -> Result<Selection> {
     Ok(sel)
 }
 
-fn load_slo(path: Option<&Path>, class: &str) -> Result<SloSpec> {
-    let file = match path {
-        Some(p) => SloFile::load(p).map_err(|e| anyhow!("{e}"))?,
+/// The SLO file at `path`, or the built-in one.
+fn load_slo_file(path: Option<&Path>) -> Result<SloFile> {
+    match path {
+        Some(p) => SloFile::load(p).map_err(|e| anyhow!("{e}")),
         None => SloFile::parse(DEFAULT_SLO_YAML, Path::new("built-in slo.yaml"))
-            .map_err(|e| anyhow!("{e}"))?,
-    };
+            .map_err(|e| anyhow!("{e}")),
+    }
+}
+
+fn load_slo(path: Option<&Path>, class: &str) -> Result<SloSpec> {
+    let file = load_slo_file(path)?;
     if class != "*" && !file.objectives.contains_key(class) && !file.objectives.contains_key("*") {
         let known: Vec<&str> = file.objectives.keys().map(String::as_str).collect();
         bail!(
@@ -251,6 +260,7 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
             dcgm_scraped: a.dcgm.is_some(),
             location,
             level: None,
+            level_scrapes: None,
         }]);
     }
     if let Some(base) = &a.prometheus {
@@ -272,6 +282,7 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
             dcgm_scraped: false,
             location: format!("{} [{}]", client.shown(), a.range),
             level: None,
+            level_scrapes: None,
         }]);
     }
     // --from: one run directory, or scrape files
@@ -299,6 +310,10 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
                 eprintln!("warning: {one} level {level}: only dcgm-exporter scrapes; skipped");
                 continue;
             }
+            let all = Loaded {
+                engine: l.engine.clone(),
+                dcgm: l.dcgm.clone(),
+            };
             measurement_window_only(&mut l, &starts);
             let window = window_of(&l.engine, &l.dcgm, sel, Origin::RunDir)
                 .with_context(|| format!("{one} level {level}"))?;
@@ -309,6 +324,7 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
                 dcgm_scraped: !l.dcgm.is_empty(),
                 location: one.clone(),
                 level: Some(level),
+                level_scrapes: Some(all),
             });
         }
         if out.is_empty() {
@@ -334,6 +350,7 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
         dcgm_scraped: !loaded.dcgm.is_empty(),
         location: a.from.join(", "),
         level: None,
+        level_scrapes: None,
     }])
 }
 
@@ -451,6 +468,8 @@ struct SweptLevel {
     phase: String,
     /// More than one class in the phase.
     mix: bool,
+    /// The phase's class names.
+    classes: Vec<String>,
     level: headroom_core::run::LevelResult,
     /// Share of the phase's requests (by weight) sent with `ignore_eos`, from the run's
     /// workload.yaml; `None` when it cannot be read.
@@ -465,6 +484,21 @@ struct SweptRun {
     run: headroom_core::run::RunResult,
     /// `None` when workload.yaml is missing or unreadable.
     workload: Option<headroom_load::workload::Workload>,
+    /// The sweep's phases rebuilt from workload.yaml (each class alone, then the mix); `None`
+    /// when the workload cannot be read or planned.
+    phases: Option<Vec<Phase>>,
+}
+
+/// A swept level judged again as the sweep judged it ([`rejudge_level`]), with the window the
+/// engine's rows were judged on.
+struct Rejudged {
+    level: headroom_core::run::LevelResult,
+    /// The level's measurement window (its engine scrapes from the one that closed the warm-up).
+    window: Window,
+    /// The objectives the level was judged on, each with a row in `level.objectives`.
+    spec: SloSpec,
+    /// Requests the client started in the level's warm-up (its recording's `warmup_started`).
+    warmup_started: u64,
 }
 
 impl SweptRun {
@@ -516,7 +550,72 @@ impl SweptRun {
                 None
             }
         };
-        Ok(Some(SweptRun { run, workload }))
+        let phases = workload.as_ref().and_then(|w| {
+            match headroom_load::prompt::ClassPlan::from_workload(w, None) {
+                Ok(plans) => Some(headroom_load::sweep::controller::phases(&plans)),
+                Err(e) => {
+                    eprintln!(
+                        "warning: {}: its classes cannot be planned ({e}); levels are judged as results.json records them",
+                        wl.display()
+                    );
+                    None
+                }
+            }
+        });
+        Ok(Some(SweptRun {
+            run,
+            workload,
+            phases,
+        }))
+    }
+
+    /// Level `sl` (of run directory `run_dir`) judged again from its recording and `scrapes`
+    /// (every scrape of the level) against `slo`, by the sweep's own function; `None` with a
+    /// warning when the recording or the phase is missing (the level is then judged as
+    /// results.json records it).
+    fn rejudge(
+        &self,
+        run_dir: &Path,
+        sl: &SweptLevel,
+        slo: &SloFile,
+        scrapes: &Loaded,
+    ) -> Option<Rejudged> {
+        let phase = self.phases.as_ref()?.iter().find(|p| p.name == sl.phase)?;
+        let path = run_dir.join(&sl.level.histograms);
+        let rec = match headroom_load::recorder::LevelRecording::load(&path) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!(
+                    "warning: {e}; the level is judged as results.json records it, not again from the client's histograms"
+                );
+                return None;
+            }
+        };
+        let (level, from) =
+            rejudge_level(phase, slo, &rec, &scrapes.engine, &scrapes.dcgm, &sl.level);
+        let meas = scrapes.engine.get(from..).unwrap_or(&[]);
+        let start = meas.first().map_or(f64::INFINITY, |x| x.at_unix_s);
+        // dcgm-exporter scrapes of the window, as the sweep keeps them.
+        let dcgm: Vec<Scrape> = scrapes
+            .dcgm
+            .iter()
+            .filter(|x| x.at_unix_s + 0.5 >= start)
+            .cloned()
+            .collect();
+        let window = Window::from_scrapes(meas, &dcgm, &WindowOptions::default()).ok()?;
+        let spec = SloSpec {
+            objectives: phase_spec(slo, phase)
+                .objectives
+                .into_iter()
+                .filter(|o| level.objectives.iter().any(|r| r.id == o.id()))
+                .collect(),
+        };
+        Some(Rejudged {
+            level,
+            window,
+            spec,
+            warmup_started: rec.warmup_started,
+        })
     }
 
     /// The level whose histogram file is `histograms/L{index:03}.json`, with its phase.
@@ -561,11 +660,114 @@ impl SweptRun {
         Some(SweptLevel {
             phase: phase.name.clone(),
             mix: phase.classes.len() > 1,
+            classes: phase.classes.iter().map(|(n, _)| n.clone()).collect(),
             level,
             ignore_eos_share,
             prefixes,
         })
     }
+}
+
+/// The objectives the sweep judged level `sl` on: its class's, or for the mix every class's
+/// server-only ones ([`phase_spec`]), from the phase's class names in results.json.
+fn sweep_objectives(slo: &SloFile, sl: &SweptLevel) -> Vec<headroom_core::Objective> {
+    if !sl.mix {
+        return slo.spec_for(&sl.phase).objectives;
+    }
+    let mut out: Vec<headroom_core::Objective> = Vec::new();
+    for c in &sl.classes {
+        for o in slo.spec_for(c).objectives {
+            if !out.iter().any(|x| x.id() == o.id()) {
+                out.push(o);
+            }
+        }
+    }
+    out
+}
+
+/// Adds the client's view of errors to step 4 of a swept level's assessment, beside the
+/// engine's: `client_error_ratio` (errors + aborts + HTTP and transport failures over every
+/// request of the level that ended, as the sweep's error objective counts them,
+/// [`headroom_core::run::LevelResult::error_counts`]) and `client_http_failed` (requests answered
+/// with an HTTP error status, which the engine never counts), both from results.json's
+/// `level_outcomes`; and a remark when the two rates differ.
+fn client_error_figures(
+    a: &mut headroom_diagnose::Assessment,
+    l: &headroom_core::run::LevelResult,
+) {
+    let Some(step) = a.steps.iter_mut().find(|s| s.number == 4) else {
+        return;
+    };
+    let (bad, n) = l.error_counts();
+    if n == 0 {
+        return;
+    }
+    let outcomes = if l.level_outcomes.is_empty() {
+        &l.outcomes
+    } else {
+        &l.level_outcomes
+    };
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "stop" | "length" | "client_cancel"))
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let http: u64 = outcomes
+        .iter()
+        .filter(|(k, _)| k.starts_with("http_"))
+        .map(|(_, v)| v)
+        .sum();
+    let client_ratio = bad as f64 / n as f64;
+    let figs = [
+        headroom_diagnose::Figure {
+            name: "client_error_ratio".into(),
+            value: client_ratio,
+            unit: "ratio".into(),
+            source: format!(
+                "client: {bad} of {n} requests of the level that ended failed{} (results.json level_outcomes)",
+                if failed.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", failed.join(", "))
+                }
+            ),
+        },
+        headroom_diagnose::Figure {
+            name: "client_http_failed".into(),
+            value: http as f64,
+            unit: "count".into(),
+            source: "client: requests answered with an HTTP error status (results.json level_outcomes http_*)".into(),
+        },
+    ];
+    // Beside the engine's own rate.
+    let at = step
+        .figures
+        .iter()
+        .position(|f| f.name == "error_abort_ratio")
+        .map_or(step.figures.len().min(1), |i| i + 1);
+    let engine = step
+        .figures
+        .iter()
+        .find(|f| f.name == "error_abort_ratio")
+        .map(|f| f.value);
+    step.figures.splice(at..at, figs);
+    let pct = |r: f64| format!("{:.2} %", r * 100.0);
+    step.remarks.push(match engine {
+        Some(e) if (e - client_ratio).abs() > 1e-9 => format!(
+            "the client saw {} of its requests fail, the engine counted {}: the difference failed outside the engine (HTTP errors the API server or a proxy returned, transport failures) or over a different span (the engine's counters cover the measurement window, the client's every request of the level)",
+            pct(client_ratio),
+            pct(e)
+        ),
+        Some(e) => format!(
+            "the client saw {} of its requests fail, as the engine counted ({})",
+            pct(client_ratio),
+            pct(e)
+        ),
+        None => format!(
+            "the client saw {} of its requests fail; the engine's own rate is unknown",
+            pct(client_ratio)
+        ),
+    });
 }
 
 fn source_of(r: &Read) -> DiagnosisSource {
@@ -685,31 +887,78 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
             ("run_dir", Some(i), Some(sr)) => sr.level(i),
             _ => None,
         };
-        let (class, spec, client) = match &swept {
+        // `--class` other than the phase's asks for another judgement than the sweep's.
+        let swept = swept.filter(|sl| {
+            let same = a.class == "*" || a.class == sl.phase;
+            if !same {
+                eprintln!(
+                    "warning: level {} was swept as {}; --class {} judges it against that class's objectives on the engine's view alone, not as the sweep did",
+                    r.level.unwrap_or(0),
+                    sl.phase,
+                    a.class
+                );
+            }
+            same
+        });
+        let rejudged = match (&swept, &swept_run, &r.level_scrapes, a.from.as_slice()) {
+            (Some(sl), Some(sr), Some(scrapes), [dir]) => {
+                sr.rejudge(Path::new(dir), sl, &load_slo_file(slo_path)?, scrapes)
+            }
+            _ => None,
+        };
+        let mut level_notes = Vec::new();
+        let mut judged_level = None;
+        let (class, spec, client, window) = match &swept {
             Some(sl) => {
-                let class = if a.class == "*" && !sl.mix {
-                    sl.phase.clone()
-                } else {
-                    a.class.clone()
+                // The sweep's rows: judged again from the recording and the scrapes, or as
+                // results.json has them when the run directory cannot say more.
+                let (level, spec, window) = match &rejudged {
+                    Some(rj) => {
+                        if rj.level.verdict != sl.level.verdict {
+                            level_notes.push(format!(
+                                "judged again from the run directory: {}; results.json records {}",
+                                rj.level.verdict.as_str(),
+                                sl.level.verdict.as_str()
+                            ));
+                        }
+                        (&rj.level, rj.spec.clone(), &rj.window)
+                    }
+                    None => {
+                        let file = load_slo_file(slo_path)?;
+                        let spec = SloSpec {
+                            objectives: sweep_objectives(&file, sl)
+                                .into_iter()
+                                .filter(|o| sl.level.objectives.iter().any(|r| r.id == o.id()))
+                                .collect(),
+                        };
+                        (&sl.level, spec, &r.window)
+                    }
                 };
+                judged_level = Some(level.clone());
+                let mut health = level.client.clone();
+                // Send lag measures coordinated omission only in open loop (as the sweep reads it).
+                if level.mode == headroom_core::run::LoadMode::Concurrency {
+                    health.send_lag_p99_s = 0.0;
+                    health.send_lag_max_s = 0.0;
+                }
                 let client = headroom_diagnose::ClientView {
-                    started_before_window: None,
-                    // The mix's objectives are per class (`class/ttft_p95`); the engine's
-                    // series cannot be split by class, so the mix is judged on the engine alone.
-                    objectives: if sl.mix {
-                        Vec::new()
-                    } else {
-                        sl.level.objectives.clone()
-                    },
-                    health: Some(sl.level.client.clone()),
+                    // As the sweep passed it, so that the engine's histogram overrules a TTFT
+                    // bound exactly where it did; for rows as results.json records them (no
+                    // recording), the sweep's final verdicts: no breach re-opens them.
+                    started_before_window: Some(
+                        rejudged.as_ref().map_or(u64::MAX, |rj| rj.warmup_started),
+                    ),
+                    objectives: level.objectives.clone(),
+                    health: Some(health),
                     requests_finished: None,
                     output_tokens: None,
+                    // Already applied to the rows by the sweep's judgement.
                     workload_drift: None,
                     ignore_eos_share: sl.ignore_eos_share,
                 };
-                (class.clone(), load_slo(slo_path, &class)?, Some(client))
+                (sl.phase.clone(), spec, Some(client), window)
             }
-            None => (a.class.clone(), spec.clone(), None),
+            None => (a.class.clone(), spec.clone(), None, &r.window),
         };
         // The workload's shared prefixes are known for a swept level whose run kept its
         // workload.yaml; a live server, scrape files and Prometheus say nothing of them.
@@ -721,7 +970,15 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
         ds.push(Diagnosis {
             source: source_of(r),
             class,
-            assessment: headroom_diagnose::assess_with(&r.window, client.as_ref(), &spec, &setting),
+            assessment: {
+                let mut a =
+                    headroom_diagnose::assess_with(window, client.as_ref(), &spec, &setting);
+                a.notes.extend(level_notes);
+                if let Some(l) = &judged_level {
+                    client_error_figures(&mut a, l);
+                }
+                a
+            },
         });
     }
     let text = match a.format {

@@ -1153,18 +1153,23 @@ fn prometheus_urls_are_joined_and_never_shown_with_secrets() {
 /// every objective the sweep decided — so a level the sweep passed is not failed by an engine
 /// histogram that also holds the warm-up's requests (a new user saw queue time PASS in the sweep
 /// and FAIL in diagnose). The mix, whose engine series cannot be split by class, keeps `*`.
+/// `diagnose --from RUN --level N` re-judges every level of a mixed sweep as the sweep did: the
+/// phase's class (`mix` for the mix, whose rows are per class: `short/ttft_p95`), every
+/// objective's verdict, value and sample count, and the level's verdict, all as results.json
+/// records them. The embedded twin is swept for real at two fixed loads, the higher one past the
+/// queue-time objective's 40 ms, so levels pass and fail.
 #[test]
-fn a_swept_level_is_diagnosed_with_its_class_and_the_sweeps_verdicts() {
+fn every_level_of_a_mixed_sweep_is_diagnosed_with_the_sweeps_class_and_verdicts() {
     let dir = tempdir();
     let wl = write(
         dir.path(),
         "w.yaml",
-        "load: {mode: concurrency, levels: [2]}\nclasses:\n  - {name: short, weight: 3, prompt_tokens: {fixed: 16}, max_tokens: {fixed: 8}, ignore_eos: true}\n  - {name: long, weight: 1, prompt_tokens: {fixed: 64}, max_tokens: {fixed: 8}, ignore_eos: true}\n",
+        "load: {mode: concurrency, levels: [2, 48]}\nclasses:\n  - {name: short, weight: 3, prompt_tokens: {fixed: 16}, max_tokens: {fixed: 8}, ignore_eos: true}\n  - {name: long, weight: 1, endpoint: completions, prompt_tokens: {fixed: 600}, max_tokens: {fixed: 8}, ignore_eos: true}\n",
     );
     let slo = write(
         dir.path(),
         "slo.yaml",
-        "objectives:\n  \"*\": {ttft: {p50: 2s}, queue_time: {p50: 300ms}, error_rate: 5%}\n  long: {ttft: {p50: 3s}, queue_time: {p50: 300ms}, error_rate: 5%}\n",
+        "objectives:\n  \"*\": {ttft: {p95: 2s}, queue_time: {p95: 40ms}, error_rate: 5%}\n  long: {ttft: {p95: 3s}, queue_time: {p95: 40ms}, error_rate: 5%}\n",
     );
     let run = sweep_embedded(dir.path(), &wl, &slo, "1.5", "3");
     let results: Value =
@@ -1172,53 +1177,81 @@ fn a_swept_level_is_diagnosed_with_its_class_and_the_sweeps_verdicts() {
     let phases = results["phases"].as_array().unwrap();
     let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["short", "long", "mix"]);
+    let mut seen = Vec::new();
     for p in phases {
         let name = p["name"].as_str().unwrap();
-        let level = &p["levels"][0];
-        let idx: u32 = level["histograms"]
-            .as_str()
-            .unwrap()
-            .trim_start_matches("histograms/L")
-            .trim_end_matches(".json")
-            .parse()
-            .unwrap();
-        let o = headroom(&[
-            "diagnose",
-            "--from",
-            run.to_str().unwrap(),
-            "--level",
-            &idx.to_string(),
-            "--format",
-            "json",
-        ]);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        let v = json(&o);
-        if name == "mix" {
-            assert_eq!(v["class"], "*");
-            continue;
-        }
-        assert_eq!(v["class"], name);
-        let want = if name == "long" { 3.0 } else { 2.0 };
-        let ttft = v["objectives"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|o| o["id"] == "ttft_p50")
-            .expect("ttft_p50 judged");
-        assert_eq!(ttft["threshold"], want, "{name}: {ttft}");
-        // Every objective the sweep decided has the sweep's verdict, value and sample count.
-        for swept in level["objectives"].as_array().unwrap() {
-            let got = v["objectives"]
-                .as_array()
+        for level in p["levels"].as_array().unwrap() {
+            let idx: u32 = level["histograms"]
+                .as_str()
                 .unwrap()
-                .iter()
-                .find(|o| o["id"] == swept["id"])
-                .unwrap_or_else(|| panic!("{name}: {} not judged: {v}", swept["id"]));
-            for field in ["verdict", "observed", "samples"] {
-                assert_eq!(got[field], swept[field], "{name} {}: {field}", swept["id"]);
+                .trim_start_matches("histograms/L")
+                .trim_end_matches(".json")
+                .parse()
+                .unwrap();
+            let o = headroom(&[
+                "diagnose",
+                "--from",
+                run.to_str().unwrap(),
+                "--level",
+                &idx.to_string(),
+                "--format",
+                "json",
+            ]);
+            assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+            let v = json(&o);
+            let at = format!("{name} L{idx} at {}", level["load"]);
+            assert_eq!(v["class"], name, "{at}");
+            assert_eq!(v["verdict"], level["verdict"], "{at}: {v}");
+            let got = v["objectives"].as_array().unwrap();
+            let swept = level["objectives"].as_array().unwrap();
+            let ids = |rows: &[Value]| {
+                let mut ids: Vec<String> = rows
+                    .iter()
+                    .map(|r| r["id"].as_str().unwrap().to_owned())
+                    .collect();
+                ids.sort();
+                ids
+            };
+            assert_eq!(ids(got), ids(swept), "{at}");
+            for s in swept {
+                let g = got.iter().find(|o| o["id"] == s["id"]).unwrap();
+                for field in ["verdict", "observed", "samples", "threshold"] {
+                    assert_eq!(g[field], s[field], "{at} {}: {field}", s["id"]);
+                }
             }
+            if name == "mix" {
+                assert!(
+                    got.iter()
+                        .any(|o| o["id"] == "long/ttft_p95" && o["threshold"] == 3.0),
+                    "{at}: {v}"
+                );
+            }
+            // The client-visible error rate beside the engine's: every request of the level
+            // that ended, counted from results.json by hand (client cancels are not finished).
+            let (mut bad, mut n) = (0.0, 0.0);
+            for (label, count) in level["level_outcomes"].as_object().unwrap() {
+                let c = count.as_f64().unwrap();
+                match label.as_str() {
+                    "client_cancel" => {}
+                    "stop" | "length" => n += c,
+                    _ => {
+                        bad += c;
+                        n += c;
+                    }
+                }
+            }
+            if n > 0.0 {
+                assert_eq!(figure(&v, 4, "client_error_ratio"), bad / n, "{at}");
+            }
+            eprintln!(
+                "{at}: sweep {} / diagnose {}",
+                level["verdict"], v["verdict"]
+            );
+            seen.push(level["verdict"].as_str().unwrap().to_owned());
         }
     }
+    assert_eq!(seen.len(), 6, "two levels per phase: {seen:?}");
+    assert!(seen.iter().any(|v| v == "FAIL"), "{seen:?}");
 }
 
 #[path = "../../diagnose/tests/support/prom_backfill.rs"]
@@ -1562,7 +1595,8 @@ fn sweep_embedded(dir: &Path, workload: &Path, slo: &Path, measure: &str, seed: 
         "--out",
         run.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // 3: no phase found a capacity, which a sweep of failing levels may well end with.
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
     run
 }
 

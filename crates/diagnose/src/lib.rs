@@ -282,6 +282,7 @@ pub fn assess_with(
         Verdict::Inconclusive
     };
 
+    // A mix's per-class rows (`chat/queue_time_p95`) are the SLO's objectives too.
     let slo_has_queue_objective = slo.objectives.iter().any(|o| {
         matches!(
             o,
@@ -290,7 +291,9 @@ pub fn assess_with(
                 ..
             }
         )
-    });
+    }) || objectives
+        .iter()
+        .any(|o| rules::objective_kind(&o.id).starts_with("queue_time"));
     let mut fired: Vec<&'static str> = Vec::new();
     let mut findings = Vec::new();
     for rule in RULES {
