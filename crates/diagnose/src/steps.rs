@@ -313,7 +313,8 @@ pub(crate) fn six_steps(w: &Window, f: &Facts, setting: &Setting) -> Vec<Step> {
     );
     out.push(b.step);
 
-    // 4. Outcomes.
+    // 4. Outcomes. The ratios first (the figures the error objective and a reader need), then
+    // the counts behind them.
     let mut b = StepBuilder::new(4, "Outcomes: finish reasons, errors, HTTP");
     b.fig(
         "requests_finished",
@@ -321,6 +322,32 @@ pub(crate) fn six_steps(w: &Window, f: &Facts, setting: &Setting) -> Vec<Step> {
         "count",
         src(w, Signal::RequestsFinished),
     );
+    let bad = f.finished_error.unwrap_or(0.0) + f.finished_abort.unwrap_or(0.0);
+    // A ratio only where the engine counts failures (`outcome_series`): 0 read from nothing is
+    // no figure.
+    let outcomes = headroom_signals::adapter::outcome_series(w.engine);
+    match outcomes
+        .failures
+        .filter(|_| w.counters.contains_key(&Signal::RequestsFinished))
+    {
+        Some(failures) => b.fig(
+            "error_abort_ratio",
+            f.finished.filter(|n| *n > 0.0).map(|n| bad / n),
+            "ratio",
+            format!("(error + abort) / finished, {failures}"),
+        ),
+        None => b.remark(format!("engine error rate unknown: {}", outcomes.missing)),
+    }
+    let http = w.counters.get(&Signal::HttpRequests);
+    if http.is_some() {
+        let failed = f.http_4xx.unwrap_or(0.0) + f.http_5xx.unwrap_or(0.0);
+        b.fig(
+            "http_error_ratio",
+            f.http_total.filter(|n| *n > 0.0).map(|n| failed / n),
+            "ratio",
+            "http_requests_total{status=~\"4xx|5xx\"} / all, every path the API server serves",
+        );
+    }
     if let Some(m) = w.counters.get(&Signal::RequestsFinished) {
         for (reason, n) in m {
             b.fig(
@@ -334,22 +361,23 @@ pub(crate) fn six_steps(w: &Window, f: &Facts, setting: &Setting) -> Vec<Step> {
             );
         }
     }
-    let bad = f.finished_error.unwrap_or(0.0) + f.finished_abort.unwrap_or(0.0);
-    b.fig(
-        "error_abort_ratio",
-        f.finished.filter(|n| *n > 0.0).map(|n| bad / n),
-        "ratio",
-        "(error + abort) / finished",
-    );
-    if let Some(m) = w.counters.get(&Signal::HttpRequests) {
-        for (status, n) in m {
-            b.fig(
-                &format!("http_{status}"),
-                Some(*n),
-                "count",
-                format!("http_requests_total{{status=\"{status}\"}}"),
+    match http {
+        Some(m) => {
+            for (status, n) in m {
+                b.fig(
+                    &format!("http_{status}"),
+                    Some(*n),
+                    "count",
+                    format!("http_requests_total{{status=\"{status}\"}}"),
+                );
+            }
+            b.remark(
+                "the API server's http_requests_total splits statuses only by class (vLLM groups them as 2xx, 4xx, 5xx): which 4xx (a bad request, an unknown model, a rate limit) or 5xx is invisible, and so are requests refused before the API server (a proxy, a load balancer, a gateway) and connections that failed; a 4xx or 5xx the API server answers never reaches the engine's finished-request counter",
             );
         }
+        None => b.remark(
+            "no HTTP status counter (http_requests_total) in the scrapes: requests the API server answered with a 4xx or 5xx before the engine saw them are invisible here",
+        ),
     }
     b.fig(
         "admission_rejections",

@@ -133,12 +133,82 @@ fn table(rows: &[Vec<String>], indent: &str) -> String {
     out
 }
 
-/// Plain text for a terminal (no colour codes): header, verdict, refusals, objectives, the six
-/// steps, findings and notes, each table column-aligned.
+/// Figures shown per step in [`terminal`]; the rest are in `--format json`.
+pub const TERMINAL_FIGURES_PER_STEP: usize = 5;
+
+/// Notes shown in [`terminal`]; the rest are in `--format json`.
+pub const TERMINAL_NOTES: usize = 5;
+
+/// The objective that decides the verdict, in a line: the failing one furthest past its
+/// threshold, else the first without a verdict, else the one closest to its threshold.
+fn deciding(a: &Assessment) -> Option<String> {
+    use headroom_core::Verdict;
+    let ratio = |o: &&headroom_core::run::ObjectiveResult| {
+        o.observed
+            .filter(|v| v.is_finite() && o.threshold > 0.0)
+            .map_or(0.0, |v| v / o.threshold)
+    };
+    let pick = |v: Verdict| {
+        a.objectives
+            .iter()
+            .filter(|o| o.verdict == v)
+            .max_by(|x, y| ratio(x).total_cmp(&ratio(y)))
+    };
+    let o = match a.verdict {
+        Verdict::Fail => pick(Verdict::Fail),
+        Verdict::Inconclusive => a
+            .objectives
+            .iter()
+            .find(|o| o.verdict == Verdict::Inconclusive),
+        Verdict::Pass => pick(Verdict::Pass),
+    }?;
+    let observed = o
+        .observed
+        .map(|v| format!("observed {}", fmt_objective(&o.id, v)))
+        .unwrap_or_else(|| "no figure".into());
+    let how = match o.verdict {
+        Verdict::Fail => "breached by",
+        Verdict::Inconclusive => "undecided",
+        Verdict::Pass => "closest",
+    };
+    // The reason's first clause says where the figure came from and why.
+    let why: String = o
+        .reason
+        .split("; ")
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(160)
+        .collect();
+    Some(format!("{how}: {} ({observed}; {why})", o.description))
+}
+
+/// Plain text for a terminal (no colour codes). It leads with the verdict, the objective that
+/// decides it and the top finding with its first action, in a few lines; then the objectives,
+/// the six steps with their first [`TERMINAL_FIGURES_PER_STEP`] figures and the quantiles an
+/// objective judges (value with its unit, and its source), the top finding's evidence, the other findings in a line each, and at most
+/// [`TERMINAL_NOTES`] notes. Everything left out is in `--format json` ([`json`]), and a line
+/// says how much was.
 pub fn terminal(d: &Diagnosis) -> String {
     let a = &d.assessment;
     let mut o = format!("headroom diagnose: {}\n\n", header_line(d));
     o.push_str(&format!("Verdict: {}\n", a.verdict.as_str()));
+    if let Some(line) = deciding(a) {
+        o.push_str(&format!("  {line}\n"));
+    }
+    match a.findings.first() {
+        Some(f) => {
+            let fi = &f.finding;
+            o.push_str(&format!(
+                "Top finding: [{}] {} (confidence: {})\n  first action: {}\n",
+                fi.id,
+                fi.title,
+                confidence(fi.confidence),
+                fi.action
+            ));
+        }
+        None => o.push_str("Top finding: none\n"),
+    }
     if !a.refused.is_empty() {
         o.push_str("Verdict refused, the evidence is not valid:\n");
         for r in &a.refused {
@@ -165,14 +235,30 @@ pub fn terminal(d: &Diagnosis) -> String {
         ]);
     }
     o.push_str(&table(&rows, "  "));
+    let mut left_out = 0;
     for s in &a.steps {
         o.push_str(&format!("\n{}. {}\n", s.number, s.title));
         if s.figures.is_empty() && s.remarks.is_empty() {
             o.push_str("  (no data)\n");
         }
-        let rows: Vec<Vec<String>> = s
+        // The step's first figures, and the quantiles an objective judges (`ttft_p95` →
+        // `server_ttft_p95_s`).
+        let judged = |name: &str| {
+            a.objectives.iter().any(|ob| {
+                let kind = headroom_diagnose::rules::objective_kind(&ob.id);
+                name == format!("{kind}_s") || name == format!("server_{kind}_s")
+            })
+        };
+        let shown: Vec<&headroom_diagnose::Figure> = s
             .figures
             .iter()
+            .enumerate()
+            .filter(|(i, f)| *i < TERMINAL_FIGURES_PER_STEP || judged(&f.name))
+            .map(|(_, f)| f)
+            .collect();
+        left_out += s.figures.len() - shown.len();
+        let rows: Vec<Vec<String>> = shown
+            .into_iter()
             .map(|f| {
                 vec![
                     f.name.clone(),
@@ -190,8 +276,18 @@ pub fn terminal(d: &Diagnosis) -> String {
     if a.findings.is_empty() {
         o.push_str("  none\n");
     }
-    for f in &a.findings {
+    for (i, f) in a.findings.iter().enumerate() {
         let fi = &f.finding;
+        if i > 0 {
+            o.push_str(&format!(
+                "  [{}] {} (confidence: {}): {}\n",
+                fi.id,
+                fi.title,
+                confidence(fi.confidence),
+                fi.action
+            ));
+            continue;
+        }
         o.push_str(&format!(
             "\n  [{}] {} (confidence: {})\n",
             fi.id,
@@ -217,12 +313,24 @@ pub fn terminal(d: &Diagnosis) -> String {
         if !f.watch.is_empty() {
             o.push_str(&format!("    watch:        {}\n", f.watch.join(", ")));
         }
+        if a.findings.len() > 1 {
+            o.push_str("\n  Other findings (their evidence: --format json)\n");
+        }
     }
     if !a.notes.is_empty() {
         o.push_str("\nNotes\n");
-        for n in &a.notes {
+        for n in a.notes.iter().take(TERMINAL_NOTES) {
             o.push_str(&format!("  - {n}\n"));
         }
+    }
+    let notes_out = a.notes.len().saturating_sub(TERMINAL_NOTES);
+    let more: Vec<String> = [(left_out, "figure(s)"), (notes_out, "note(s)")]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} more {what}"))
+        .collect();
+    if !more.is_empty() {
+        o.push_str(&format!("\n{}: --format json\n", more.join(" and ")));
     }
     o
 }
@@ -453,6 +561,41 @@ mod tests {
         assert!(t.contains("trade-off:    higher ITL"));
         assert!(t.contains("812 ms"));
         assert!(t.contains("  - vllm 0.32"));
+    }
+
+    /// The verdict, what decides it and the top finding come first, in a few lines; a step
+    /// shows at most its first figures and says how many more `--format json` has.
+    #[test]
+    fn terminal_leads_with_the_verdict_and_the_top_finding() {
+        let mut d = diagnosis();
+        let fig = d.assessment.steps[0].figures[0].clone();
+        d.assessment.steps[0].figures = (0..TERMINAL_FIGURES_PER_STEP + 2)
+            .map(|i| Figure {
+                name: format!("figure_{i}"),
+                ..fig.clone()
+            })
+            .collect();
+        let t = terminal(&d);
+        let head: Vec<&str> = t.lines().take(6).collect();
+        assert_eq!(head[2], "Verdict: FAIL", "{t}");
+        assert!(
+            head[3].contains("breached by: TTFT p95 < 300 ms (observed 812 ms"),
+            "{t}"
+        );
+        assert!(
+            head[4].starts_with("Top finding: [admission_saturation]"),
+            "{t}"
+        );
+        assert_eq!(head[5], "  first action: raise --max-num-seqs", "{t}");
+        assert!(t.contains(&format!("figure_{}", TERMINAL_FIGURES_PER_STEP - 1)));
+        assert!(!t.contains(&format!("figure_{}", TERMINAL_FIGURES_PER_STEP)));
+        assert!(t.contains("2 more figure(s): --format json"), "{t}");
+        // JSON keeps every figure.
+        let v: serde_json::Value = serde_json::from_str(&json(&[d]).unwrap()).unwrap();
+        assert_eq!(
+            v["steps"][0]["figures"].as_array().map(Vec::len),
+            Some(TERMINAL_FIGURES_PER_STEP + 2)
+        );
     }
 
     #[test]
