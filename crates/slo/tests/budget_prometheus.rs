@@ -21,39 +21,16 @@ use bytes::Bytes;
 use headroom_core::SloFile;
 use headroom_slo::budget::{BudgetOptions, Decision, fetch_budget};
 use headroom_slo::prom_api::PromClient;
-use headroom_testkit::{Killed, prometheus_port};
+use headroom_testkit::{prometheus_bin, start_prometheus};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-fn prometheus_bin() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("prometheus"))
-            .find(|c| c.is_file())
-    });
-    if found.is_none() {
-        if std::env::var_os("HEADROOM_REQUIRE_PROMTOOL").is_some() {
-            panic!(
-                "prometheus not found on PATH and HEADROOM_REQUIRE_PROMTOOL is set; run scripts/install-prometheus"
-            );
-        }
-        eprintln!(
-            "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-             !!! SKIPPED: prometheus is not installed, so `slo budget` was NOT tested !!!\n\
-             !!! against a real Prometheus. Run scripts/install-prometheus.          !!!\n\
-             !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-        );
-    }
-    found
-}
 
 fn metrics_body(k: u64) -> String {
     let k = k as f64;
@@ -141,35 +118,6 @@ async fn serve_metrics(step: Arc<AtomicU64>) -> u16 {
     port
 }
 
-fn start_prometheus(bin: &Path, dir: &Path, target_port: u16) -> (Killed, u16) {
-    let cfg = dir.join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n  - job_name: vllm\n    scrape_interval: 1s\n    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
-        ),
-    )
-    .unwrap();
-    let log_path = dir.join("prometheus.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let child = Command::new(bin)
-        .arg(format!("--config.file={}", cfg.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg("--web.listen-address=127.0.0.1:0")
-        .arg("--log.level=info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let child = Killed(child);
-    let port = prometheus_port(&log_path);
-    (child, port)
-}
-
 /// Waits until `expr` is at least `n`, or panics after `limit` with Prometheus's log.
 async fn wait_for(prom: &PromClient, expr: &str, n: f64, limit: Duration, log: &Path) {
     let start = Instant::now();
@@ -189,7 +137,9 @@ async fn wait_for(prom: &PromClient, expr: &str, n: f64, limit: Duration, log: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budget_against_real_prometheus() {
-    let Some(bin) = prometheus_bin() else { return };
+    let Some(bin) = prometheus_bin("`slo budget`") else {
+        return;
+    };
     tokio::time::timeout(Duration::from_secs(90), run(bin))
         .await
         .expect("test finished within 90 s");

@@ -3,8 +3,8 @@
 //!
 //! Only a `[dev-dependencies]` entry: nothing here is part of the product.
 
-use std::path::Path;
-use std::process::Child;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A loopback port that refuses connections (bound, never listening) and stays reserved while
@@ -82,6 +82,71 @@ pub fn prometheus_port(log: &Path) -> u16 {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The `prometheus` binary on `PATH`, or `None` after a loud message saying that `what` was not
+/// tested against a real Prometheus.
+///
+/// # Panics
+/// When it is absent and `HEADROOM_REQUIRE_PROMTOOL` is set (CI after
+/// `scripts/install-prometheus`).
+pub fn prometheus_bin(what: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("prometheus"))
+            .find(|c| c.is_file())
+    });
+    if found.is_none() {
+        if std::env::var_os("HEADROOM_REQUIRE_PROMTOOL").is_some() {
+            panic!(
+                "prometheus not found on PATH and HEADROOM_REQUIRE_PROMTOOL is set; run scripts/install-prometheus"
+            );
+        }
+        let bar = "!".repeat(74);
+        eprintln!(
+            "\n{bar}\n!!! SKIPPED: prometheus is not installed, so {what} was NOT tested\n\
+             !!! against a real Prometheus. Run scripts/install-prometheus.\n{bar}\n"
+        );
+    }
+    found
+}
+
+/// Starts Prometheus (`bin`) on 127.0.0.1 with an ephemeral port and a TSDB in `dir`, scraping
+/// `127.0.0.1:target_port` every second as job `vllm`; returns the guard and the port it bound
+/// (read by [`prometheus_port`] from `dir/prometheus.log`).
+///
+/// # Panics
+/// When it cannot be started or reports no port within 30 s.
+pub fn start_prometheus(bin: &Path, dir: &Path, target_port: u16) -> (Killed, u16) {
+    let cfg = dir.join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n  - job_name: vllm\n    scrape_interval: 1s\n    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
+        ),
+    )
+    .expect("write prometheus.yml");
+    let log_path = dir.join("prometheus.log");
+    let log = std::fs::File::create(&log_path).expect("create prometheus.log");
+    // Prometheus's own flags, `--name=value` (spelled so that the CLI's check of the flags its
+    // messages name does not read them as Headroom's).
+    let flag = |name: &str, value: &str| format!("--{name}={value}");
+    let child = Command::new(bin)
+        .arg(flag("config.file", &cfg.display().to_string()))
+        .arg(flag(
+            "storage.tsdb.path",
+            &dir.join("data").display().to_string(),
+        ))
+        .arg(flag("web.listen-address", "127.0.0.1:0"))
+        .arg(flag("log.level", "info"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start prometheus");
+    let child = Killed(child);
+    let port = prometheus_port(&log_path);
+    (child, port)
 }
 
 fn listening_port_in(log: &str) -> Option<u16> {

@@ -488,6 +488,9 @@ pub struct Comparison {
     pub decision: Decision,
     /// Warnings (several material changes, missing histograms, …).
     pub warnings: Vec<String>,
+    /// The error budget's state, with `--budget-from` (see [`super::compare_budget`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<super::compare_budget::BudgetGate>,
 }
 
 /// What to do with the candidate.
@@ -500,14 +503,17 @@ pub enum Decision {
     Regression,
     /// The evidence cannot decide (exit 2).
     Inconclusive,
+    /// The error budget of an objective is past `freeze_at` and the candidate is not strictly
+    /// better on it (exit 1: the freeze blocks the promotion).
+    Held,
 }
 
 impl Decision {
-    /// Exit status for CI: 0 promote, 1 regression, 2 inconclusive.
+    /// Exit status for CI: 0 promote, 1 regression or held, 2 inconclusive.
     pub fn exit_code(self) -> i32 {
         match self {
             Decision::Promote => 0,
-            Decision::Regression => 1,
+            Decision::Regression | Decision::Held => 1,
             Decision::Inconclusive => 2,
         }
     }
@@ -518,6 +524,7 @@ impl Decision {
             Decision::Promote => "PROMOTE",
             Decision::Regression => "REGRESSION",
             Decision::Inconclusive => "INCONCLUSIVE",
+            Decision::Held => "HELD",
         }
     }
 }
@@ -826,6 +833,7 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
         unmatched_phases: unmatched,
         decision,
         warnings,
+        budget: None,
     })
 }
 
@@ -912,36 +920,40 @@ pub(crate) fn fmt_band(b: &CapacityBand) -> String {
     }
 }
 
-/// The lines that explain the decision: each capacity and each gated latency comparison that is
-/// not "no detectable change" (empty when nothing moved beyond the runs' uncertainty).
+/// The lines that explain the decision: each burning error budget, each capacity and each gated
+/// latency comparison that is not "no detectable change" (empty when nothing moved beyond the
+/// runs' uncertainty and no budget burns).
 pub fn headline(c: &Comparison) -> Vec<String> {
     let f = headroom_core::slo::fmt_num;
-    c.capacity
-        .iter()
-        .filter(|x| x.change != Change::NoDetectableChange)
-        .map(|x| format!("{}: capacity {}: {}", x.phase, x.change.as_str(), x.why))
-        .chain(
-            c.levels
-                .iter()
-                .flat_map(|l| l.latency.iter().map(move |x| (l, x)))
-                .filter(|(_, x)| {
-                    x.allowed_increase_s.is_some() && x.change != Change::NoDetectableChange
-                })
-                .map(|(l, x)| {
-                    format!(
-                        "{} at {} {}: {} {} (difference {} … {}, allowed {})",
-                        l.phase,
-                        f(l.load),
-                        l.mode.unit(),
-                        x.id,
-                        x.change.as_str(),
-                        fmt_signed_s(x.diff_ci_s.0),
-                        fmt_signed_s(x.diff_ci_s.1),
-                        fmt_signed_s(x.allowed_increase_s.unwrap_or(0.0))
-                    )
-                }),
-        )
-        .collect()
+    let mut out = super::compare_budget::budget_lines(c);
+    out.extend(
+        c.capacity
+            .iter()
+            .filter(|x| x.change != Change::NoDetectableChange)
+            .map(|x| format!("{}: capacity {}: {}", x.phase, x.change.as_str(), x.why))
+            .chain(
+                c.levels
+                    .iter()
+                    .flat_map(|l| l.latency.iter().map(move |x| (l, x)))
+                    .filter(|(_, x)| {
+                        x.allowed_increase_s.is_some() && x.change != Change::NoDetectableChange
+                    })
+                    .map(|(l, x)| {
+                        format!(
+                            "{} at {} {}: {} {} (difference {} … {}, allowed {})",
+                            l.phase,
+                            f(l.load),
+                            l.mode.unit(),
+                            x.id,
+                            x.change.as_str(),
+                            fmt_signed_s(x.diff_ci_s.0),
+                            fmt_signed_s(x.diff_ci_s.1),
+                            fmt_signed_s(x.allowed_increase_s.unwrap_or(0.0))
+                        )
+                    }),
+            ),
+    );
+    out
 }
 
 /// Plain-text report (also valid Markdown, with `md`): decision first, then what changed,
@@ -1039,6 +1051,20 @@ pub fn render_text(c: &Comparison, markdown: bool) -> String {
                 } else {
                     "from 0".into()
                 }
+            ));
+        }
+    }
+    if let Some(g) = &c.budget {
+        h(&mut o, &format!("Error budget ({})", g.source));
+        for b in &g.objectives {
+            o.push_str(&format!(
+                "  {} {}: {}{}\n",
+                b.class,
+                b.objective,
+                b.state,
+                b.consumed
+                    .map(|x| format!(", {:.0} % consumed", x * 100.0))
+                    .unwrap_or_default()
             ));
         }
     }

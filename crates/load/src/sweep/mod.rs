@@ -8,6 +8,7 @@
 //! - [`compare`]: two run directories side by side, and whether the change is safe to promote.
 
 pub mod compare;
+pub mod compare_budget;
 pub mod compare_html;
 pub mod controller;
 pub mod evaluate;
