@@ -42,7 +42,8 @@ pub struct GatewayArgs {
 /// listen address that cannot be bound.
 pub async fn run(a: GatewayArgs) -> Result<()> {
     if a.print_config {
-        print!("{}", headroom_gateway::config::REFERENCE_YAML);
+        crate::write_stdout(headroom_gateway::config::REFERENCE_YAML)
+            .context("cannot write to stdout")?;
         return Ok(());
     }
     let (mut file, origin) = match &a.config {
@@ -69,12 +70,11 @@ pub async fn run(a: GatewayArgs) -> Result<()> {
         Some(p) => Some(SloFile::load(p)?),
         None => None,
     };
-    let unmatched = slo.as_ref().map(|s| {
-        let names: Vec<&str> = file.classes.iter().map(|c| c.name.as_str()).collect();
-        unmatched_slo_classes(s, &names)
-    });
     let cfg = GatewayConfig::resolve(a.listen, &a.upstream, file, &origin, slo)?;
+    // Every class the gateway labels requests with, the default class (the last) included: it
+    // is classified too, as everything no rule matches.
     let classes: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    let unmatched = cfg.slo.as_ref().map(|s| unmatched_slo_classes(s, &classes));
     if let (Some(unmatched), Some(p)) = (unmatched, &a.slo)
         && !unmatched.is_empty()
     {
@@ -139,5 +139,33 @@ mod tests {
             vec!["long_doc".to_string()]
         );
         assert!(unmatched_slo_classes(&slo, &["long_doc", "chat"]).is_empty());
+    }
+
+    /// The start-up note once said the default class was not classified: it compared the SLO's
+    /// classes with the rule classes only. The resolved configuration's classes include the
+    /// default class, which is where every request no rule matches goes.
+    #[test]
+    fn the_default_class_counts_as_classified() {
+        let slo = SloFile::parse(
+            "objectives:\n  '*': {ttft: {p95: 1s}}\n  chat: {ttft: {p95: 250ms}}\n  long: {ttft: {p95: 2s}}\n",
+            std::path::Path::new("slo.yaml"),
+        )
+        .unwrap();
+        let file = GatewayFile::parse(
+            "classes:\n  - {name: long, prompt_tokens: {min: 1000}}\ndefault_class: {name: chat}\n",
+            std::path::Path::new("gateway.yaml"),
+        )
+        .unwrap();
+        let cfg = GatewayConfig::resolve(
+            "127.0.0.1:0".parse().unwrap(),
+            &["http://127.0.0.1:1".to_string()],
+            file,
+            "gateway.yaml",
+            Some(slo),
+        )
+        .unwrap();
+        let classes: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(classes, ["long", "chat"]);
+        assert!(unmatched_slo_classes(cfg.slo.as_ref().unwrap(), &classes).is_empty());
     }
 }

@@ -95,7 +95,50 @@ impl StopSignal {
     }
 }
 
+/// Exit status when the reader of stdout went away (`headroom slo dashboard | head`): 128 +
+/// SIGPIPE, what a shell reports for a tool the signal ended, without a panic or a message.
+pub(crate) const BROKEN_PIPE_STATUS: i32 = 141;
+
+/// Writes `text` to stdout and flushes it. When stdout is a pipe whose reader has closed, the
+/// process ends quietly with [`BROKEN_PIPE_STATUS`]: there is no one left to tell.
+///
+/// # Errors
+/// Any other write error (a full disk behind a redirection).
+pub(crate) fn write_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(BROKEN_PIPE_STATUS)
+        }
+        r => r,
+    }
+}
+
+/// Makes a `print!` to a closed stdout pipe, anywhere in the process, end it quietly with
+/// [`BROKEN_PIPE_STATUS`] instead of the panic (exit 101) that Rust's `print!` raises: Rust
+/// ignores SIGPIPE, so the write fails with EPIPE. The signal itself is not restored, because
+/// the gateway, the twin and the sweep's client write to sockets, where a peer that hung up
+/// must be an error, not the end of the process.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let p = info.payload();
+        let msg = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        // std's message: "failed printing to stdout: Broken pipe (os error 32)".
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(BROKEN_PIPE_STATUS);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

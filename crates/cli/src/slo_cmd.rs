@@ -340,10 +340,7 @@ fn emit(r: Rendered, out: Option<&Path>) -> Result<()> {
     match out {
         Some(p) => headroom_report::write_atomic(p, r.text.as_bytes())
             .with_context(|| format!("cannot write {}", p.display())),
-        None => {
-            print!("{}", r.text);
-            Ok(())
-        }
+        None => crate::write_stdout(&r.text).context("cannot write to stdout"),
     }
 }
 

@@ -336,28 +336,8 @@ fn budget_against_an_unreachable_prometheus_names_the_url() {
     assert!(stderr(&o).contains(&url), "{}", stderr(&o));
 }
 
-const OPENSLO: &str = "apiVersion: openslo/v1
-kind: SLO
-metadata: {name: chat-ttft}
-spec:
-  service: chat
-  indicator:
-    metadata: {name: ttft-under-250ms}
-    spec:
-      ratioMetric:
-        counter: true
-        good:
-          metricSource:
-            type: Prometheus
-            spec: {query: 'sum(rate(vllm:time_to_first_token_seconds_bucket{model_name=\"chat\",le=\"0.25\"}[5m]))'}
-        total:
-          metricSource:
-            type: Prometheus
-            spec: {query: 'sum(rate(vllm:time_to_first_token_seconds_count{model_name=\"chat\"}[5m]))'}
-  timeWindow: [{duration: 28d, isRolling: true}]
-  budgetingMethod: Occurrences
-  objectives: [{displayName: fast first token, target: 0.95}]
-";
+/// A ratio-metric OpenSLO v1 document (TTFT of served model `chat`).
+const OPENSLO: &str = include_str!("fixtures/openslo-chat-ttft.yaml");
 
 #[test]
 fn import_openslo_gives_an_slo_file_the_other_commands_accept() {

@@ -25,8 +25,9 @@
 //! The signals are [`headroom_core::signal`]'s definitions with the gateway's acceptance (the
 //! moment the request head was read) as the start. Names and the `class` label are those
 //! `headroom-slo` queries (`catalogue::gateway_histogram`). Bucket bounds come from
-//! [`bucket_bounds`]: a fixed ladder plus, for every threshold of the signal in `slo.yaml`, the
-//! threshold itself and its neighbourhood, so `histogram_quantile` and the SLO ratio rules are
+//! [`bucket_bounds`]: a fixed ladder plus, for every threshold of the signal in `slo.yaml` (without
+//! `--slo`, the built-in SLO's, which every other command falls back to), the threshold itself
+//! and its neighbourhood, so `histogram_quantile` and the SLO ratio rules are
 //! exact at the threshold. Bounds are rounded to 12 significant digits so `le` prints as
 //! `headroom_slo::promql::le_value` expects (`0.3`, not `0.30000000000000004`).
 //!
@@ -37,7 +38,7 @@
 //! exported at zero from the first scrape (see [`Metrics::new`]).
 
 use headroom_core::signal::LatencySignal;
-use headroom_core::slo::{Objective, SloFile};
+use headroom_core::slo::{DEFAULT_SLO_YAML, Objective, SloFile};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
@@ -168,21 +169,30 @@ fn clean(x: f64) -> f64 {
 /// Bucket bounds of the gateway histogram for `signal`, ascending, in seconds: [`BASE_BOUNDS_S`]
 /// plus `t × f` for every threshold `t` of `signal` in any class of `slo` and every `f` in
 /// [`NEIGHBOURHOOD`] (so `t` itself), rounded to 12 significant digits, at least 0.1 ms.
-/// [`LatencySignal::QueueTime`] thresholds shape the gateway's queue histogram.
+/// [`LatencySignal::QueueTime`] thresholds shape the gateway's queue histogram. Without an SLO
+/// the built-in one ([`DEFAULT_SLO_YAML`]) gives the thresholds: `headroom slo rules`, the sweep
+/// and diagnose fall back to it too, so its 300 ms TTFT is a bucket of the gateway either way.
 pub fn bucket_bounds(slo: Option<&SloFile>, signal: LatencySignal) -> Vec<f64> {
+    let builtin;
+    let slo = match slo {
+        Some(s) => s,
+        None => {
+            builtin = SloFile::parse(DEFAULT_SLO_YAML, std::path::Path::new("built-in slo.yaml"))
+                .expect("the built-in SLO parses");
+            &builtin
+        }
+    };
     let mut v: Vec<f64> = BASE_BOUNDS_S.to_vec();
-    if let Some(slo) = slo {
-        for class in slo.objectives.keys() {
-            for o in slo.spec_for(class).objectives {
-                if let Objective::Latency {
-                    signal: s,
-                    threshold_s,
-                    ..
-                } = o
-                    && s == signal
-                {
-                    v.extend(NEIGHBOURHOOD.iter().map(|f| threshold_s * f));
-                }
+    for class in slo.objectives.keys() {
+        for o in slo.spec_for(class).objectives {
+            if let Objective::Latency {
+                signal: s,
+                threshold_s,
+                ..
+            } = o
+                && s == signal
+            {
+                v.extend(NEIGHBOURHOOD.iter().map(|f| threshold_s * f));
             }
         }
     }
@@ -523,6 +533,26 @@ mod tests {
             BASE_BOUNDS_S.to_vec()
         );
         assert!(bucket_bounds(Some(&s), LatencySignal::QueueTime).contains(&0.011));
+    }
+
+    /// Without `--slo` the gateway measures against the built-in SLO, as every other command
+    /// does: its TTFT p95 < 300 ms, ITL p95 < 50 ms and queue p95 < 300 ms are buckets (there
+    /// was once no 0.3 s TTFT bucket, so `slo rules --latency-source gateway` alerted on a
+    /// threshold the gateway could not count).
+    #[test]
+    fn without_an_slo_the_built_in_thresholds_are_buckets() {
+        for (signal, t) in [
+            (LatencySignal::Ttft, 0.3),
+            (LatencySignal::Itl, 0.05),
+            (LatencySignal::QueueTime, 0.3),
+        ] {
+            let b = bucket_bounds(None, signal);
+            assert!(b.contains(&t), "{signal:?}: {t} missing from {b:?}");
+            assert!(
+                b.contains(&clean(t * 1.1)),
+                "{signal:?}: neighbourhood of {t}"
+            );
+        }
     }
 
     #[test]
