@@ -25,7 +25,9 @@
 #                completions class and a chat class with a shared prefix, levels 2 and 6, PASS and
 #                prompts within 2 % of the workload (check_run.py sizes, which also checks the
 #                server's own Δprompt_tokens_total per request); then vLLM restarted with
-#                --max-num-seqs 2 and 6 concurrent against TTFT p95 < 250 ms: a decided FAIL
+#                --max-num-seqs 2 and 6 concurrent against TTFT p95 < 250 ms: a decided FAIL,
+#                and `headroom compare` against the same level before the restart: exit 1
+#                (regression), naming the queue as the phase that moved
 #   admission    vLLM restarted with --max-num-seqs 4, 16 concurrent: findings from the sweep and
 #                from diagnose --url include admission_saturation and not kv_pressure; the sweep's
 #                client/server rows agree
@@ -203,7 +205,9 @@ scenario() {  # scenario NAME WORKLOAD LEVEL EXPECT FORBID: sweep one level whil
   local dp=$!; BG_PIDS+=("$dp")
   # the sweep's probe and first scrape take ~1 s; its 2 s warm-up ends before diagnose's window
   timeout 300 "$H" sweep --target "$B" --workload "$W/$2" --slo "$W/slo.yaml" --levels "$3" \
-    --warmup 1 --measure 10 --tokenizer "$TOK" --out "$OUT/sweep-$1" || { wait "$dp"; return 1; }
+    --warmup 1 --measure 10 --tokenizer "$TOK" --out "$OUT/sweep-$1"
+  # exit 3 (no capacity: the scenario's one level failed) still leaves its findings to check
+  local src=$?; [ $src = 0 ] || [ $src = 3 ] || { wait "$dp"; return 1; }
   wait "$dp" || { cat "$OUT/$1-diagnose.stderr"; return 1; }
   local rc=0
   PY 30 "$HERE/check_run.py" "$OUT/sweep-$1" findings --expect "$4" --forbid "$5" --rows-agree || rc=1
@@ -217,11 +221,23 @@ s_calibrate() {
     --levels 2,6 --warmup 2 --measure 8 --out "$OUT/sweep-calibrate-pass" || return 1
   PY 60 "$HERE/check_run.py" "$OUT/sweep-calibrate-pass" sizes --within 0.02 --verdict PASS \
     --server-mean plain=64 --server-mean chatty=96 || rc=1
-  vllm_up --max-num-seqs 2 || return 1
+  # The baseline of the compare check below: the same tight SLO at the same level, default vLLM.
   timeout 300 "$H" sweep --target "$B" --workload "$W/calibrate.yaml" --slo "$W/slo-tight.yaml" \
-    --levels 6 --warmup 2 --measure 8 --out "$OUT/sweep-calibrate-fail" || return 1
+    --levels 6 --warmup 2 --measure 8 --out "$OUT/sweep-calibrate-base" || return 1
+  vllm_up --max-num-seqs 2 || return 1
+  # exit 3: no phase found a capacity, which is what this level is for
+  timeout 300 "$H" sweep --target "$B" --workload "$W/calibrate.yaml" --slo "$W/slo-tight.yaml" \
+    --levels 6 --warmup 2 --measure 8 --out "$OUT/sweep-calibrate-fail"
+  local src=$?; [ $src = 0 ] || [ $src = 3 ] || return 1
   PY 60 "$HERE/check_run.py" "$OUT/sweep-calibrate-fail" sizes --within 0.02 --verdict FAIL \
     --server-mean plain=64 --server-mean chatty=96 || rc=1
+  # headroom compare: the lowered --max-num-seqs is a regression (exit 1) that names the queue
+  "$H" compare "$OUT/sweep-calibrate-base" "$OUT/sweep-calibrate-fail" --format json \
+    > "$OUT/compare.json"; local crc=$?
+  "$H" compare "$OUT/sweep-calibrate-base" "$OUT/sweep-calibrate-fail" > "$OUT/compare.txt"
+  cat "$OUT/compare.txt"
+  [ $crc = 1 ] || { echo "compare exit $crc, expected 1 (regression)"; rc=1; }
+  PY 30 -c 'import json,sys; c=json.load(open(sys.argv[1])); m=[l["moved_most"] for l in c["levels"]]; print("moved most:", m); sys.exit(0 if c["decision"]=="regression" and all(x and ("queue" in x or "waiting" in x) for x in m) else 1)' "$OUT/compare.json" || rc=1
   return $rc
 }
 
