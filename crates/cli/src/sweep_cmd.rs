@@ -78,6 +78,11 @@ pub struct SweepArgs {
     /// their mix). Reruns one class whose levels could not reach a verdict.
     #[arg(long, value_name = "NAME")]
     pub class: Option<String>,
+    /// Run each level N times back to back at the same load (each repeat its own seed and
+    /// files): the level passes only when every repeat does, and `compare` reads the repeats'
+    /// spread as the noise floor.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
     /// Exit with status 3 when a phase's capacity is below LOAD (or none passed): a CI gate.
     #[arg(long, value_name = "LOAD")]
     pub fail_below: Option<f64>,
@@ -461,6 +466,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         run_dir: run_dir.clone(),
         seed,
         only_phase: args.class.clone(),
+        repeat: args.repeat,
     };
     let manifest = Manifest {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),

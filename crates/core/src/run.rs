@@ -455,6 +455,12 @@ pub struct LevelResult {
     pub server: Option<ServerView>,
     /// Histogram file for this level (relative to the run directory).
     pub histograms: String,
+    /// With `sweep --repeat N`: the level's repeats after the first, run back to back at the
+    /// same load (each with its own seed, histogram file and scrapes). This record is the first
+    /// repeat's measurement; its objectives and verdict are the strictest of all repeats' (see
+    /// the sweep's controller). Empty without repeats, and absent from the JSON then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeats: Vec<LevelResult>,
     /// Warnings specific to this level.
     pub warnings: Vec<String>,
 }
@@ -826,6 +832,7 @@ mod tests {
             client: ClientHealth::default(),
             server: None,
             histograms: String::new(),
+            repeats: Vec::new(),
             warnings: vec![],
         }
     }

@@ -386,6 +386,7 @@ pub(crate) mod testdata {
             client: ClientHealth::default(),
             server: None,
             histograms: "histograms/x.json".into(),
+            repeats: Vec::new(),
             warnings: vec![],
         }
     }

@@ -68,6 +68,7 @@ fn level(load: f64, objectives: Vec<ObjectiveResult>) -> LevelResult {
         client: ClientHealth::default(),
         server: None,
         histograms: "histograms/L000.json".into(),
+        repeats: Vec::new(),
         warnings: vec![],
     }
 }

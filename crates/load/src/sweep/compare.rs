@@ -406,6 +406,60 @@ pub struct LatencyComparison {
     pub allowed_increase_s: Option<f64>,
     /// The decision against the allowed increase (0 when none was set).
     pub change: Change,
+    /// With the baseline swept with `--repeat`: the lowest and highest percentile its repeats
+    /// measured at this level (seconds), the spread a rerun of the same configuration shows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noise_floor_s: Option<(f64, f64)>,
+}
+
+impl LatencyComparison {
+    /// Whether the difference exceeds the spread between the baseline's repeats (`None`
+    /// without repeats).
+    pub fn beyond_noise_floor(&self) -> Option<bool> {
+        let (lo, hi) = self.noise_floor_s?;
+        Some((self.after_s - self.before_s).abs() > hi - lo)
+    }
+
+    /// How the noise reads to a user: the repeats' spread and whether the difference exceeds
+    /// it, or, without repeats, how much of the difference noise alone could explain (the
+    /// interval's half-width).
+    pub fn noise_words(&self) -> String {
+        match (self.noise_floor_s, self.beyond_noise_floor()) {
+            (Some((lo, hi)), Some(beyond)) => format!(
+                "baseline repeats {} … {} (noise floor {}): the difference {} it",
+                fmt_s(lo),
+                fmt_s(hi),
+                fmt_s(hi - lo),
+                if beyond { "exceeds" } else { "is within" }
+            ),
+            _ => format!(
+                "noise alone could explain ±{}",
+                fmt_s((self.diff_ci_s.1 - self.diff_ci_s.0) / 2.0)
+            ),
+        }
+    }
+}
+
+/// The range of the baseline's percentile over its first measurement (`first_s`) and its
+/// repeats; `None` without repeats that recorded the class.
+fn noise_floor(
+    first_s: f64,
+    repeats: &[LevelRecording],
+    class: &str,
+    signal: LatencySignal,
+    pct: f64,
+) -> Option<(f64, f64)> {
+    let values: Vec<f64> = repeats
+        .iter()
+        .filter_map(|r| r.classes.iter().find(|c| c.name == class))
+        .filter_map(|c| percentile_interval(c, signal, pct, 0.0).map(|v| v.0))
+        .collect();
+    if values.is_empty() {
+        return None;
+    }
+    let lo = values.iter().copied().fold(first_s, f64::min);
+    let hi = values.iter().copied().fold(first_s, f64::max);
+    Some((lo, hi))
 }
 
 /// One server figure at one level, before and after.
@@ -728,6 +782,9 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
             missing.push(format!("{} at {}", p.phase.name, p.la.load));
         }
         let mut latency = Vec::new();
+        // The baseline's repeats (`sweep --repeat`), whose spread is the noise floor.
+        let repeats: Vec<LevelRecording> =
+            p.la.repeats.iter().filter_map(|r| a.recording(r)).collect();
         if let (Some(ra), Some(rb)) = (&ra, &rb) {
             for (id, class, signal, pct, thr) in latency_objectives(&a.slo, p.phase) {
                 let ca = ra.classes.iter().find(|c| c.name == class);
@@ -773,6 +830,7 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
                     verdicts,
                     allowed_increase_s: allowed_s,
                     change,
+                    noise_floor_s: noise_floor(va, &repeats, &class, signal, pct),
                 });
             }
         }
@@ -1036,6 +1094,7 @@ pub fn render_text(c: &Comparison, markdown: bool) -> String {
                     .unwrap_or_default(),
                 x.change.as_str()
             ));
+            o.push_str(&format!("  {:<24} {}\n", "", x.noise_words()));
         }
         if let Some(m) = &l.moved_most {
             o.push_str(&format!("  the phase that moved most: {m}\n"));

@@ -161,6 +161,7 @@ mod tests {
                     verdicts: (Verdict::Pass, Verdict::Pass),
                     allowed_increase_s: None,
                     change: *change,
+                    noise_floor_s: None,
                 }],
                 server: Vec::new(),
                 moved_most: None,

@@ -375,12 +375,13 @@ fn chart(
         .flat_map(|l| {
             l.latency.iter().filter(|x| x.id == id).map(move |x| {
                 format!(
-                    "{} {}: {} ({} … {})",
+                    "{} {}: {} ({} … {}; {})",
                     fmt_num(l.load),
                     l.mode.unit(),
                     x.change.as_str(),
                     fmt_signed_s(x.diff_ci_s.0),
-                    fmt_signed_s(x.diff_ci_s.1)
+                    fmt_signed_s(x.diff_ci_s.1),
+                    x.noise_words()
                 )
             })
         })
@@ -416,22 +417,26 @@ mod tests {
 
     /// A run directory of one phase `chat <&>` at loads 4 and 16 whose TTFTs and ITLs are
     /// `scale` × (1..=200 ms), with histograms, so that `compare` computes intervals.
-    fn run_dir(dir: &std::path::Path, scale: u64) -> RunDir {
+    /// With `repeat`, each level has one repeat whose TTFTs are 10 ms longer.
+    fn run_dir(dir: &std::path::Path, scale: u64, repeat: bool) -> RunDir {
         let class = "chat <&>";
         std::fs::create_dir_all(dir.join("histograms")).unwrap();
         let mut levels = Vec::new();
         for (i, load) in [4.0, 16.0].into_iter().enumerate() {
-            let mut rec = LevelRecording::new(load, LoadMode::Concurrency, &[class]);
-            for ms in 1..=200u64 {
-                let ns = ms * scale * 1_000_000;
-                rec.classes[0].ttft.record(ns).unwrap();
-                rec.classes[0].itl.record(ns / 4).unwrap();
-            }
-            rec.classes[0]
-                .outcomes
-                .insert(headroom_core::Outcome::Stop, 200);
+            let write = |file: &str, shift_ms: u64| {
+                let mut rec = LevelRecording::new(load, LoadMode::Concurrency, &[class]);
+                for ms in 1..=200u64 {
+                    let ns = (ms * scale + shift_ms) * 1_000_000;
+                    rec.classes[0].ttft.record(ns).unwrap();
+                    rec.classes[0].itl.record(ms * scale * 250_000).unwrap();
+                }
+                rec.classes[0]
+                    .outcomes
+                    .insert(headroom_core::Outcome::Stop, 200);
+                rec.save(&dir.join(file)).unwrap();
+            };
             let file = format!("histograms/L{i:03}.json");
-            rec.save(&dir.join(&file)).unwrap();
+            write(&file, 0);
             let p95 = 0.190 * scale as f64;
             levels.push(serde_json::json!({
                 "load": load, "mode": "concurrency", "started_unix_s": 0.0, "window_s": 1.0,
@@ -447,6 +452,13 @@ mod tests {
                 "client": serde_json::to_value(headroom_core::run::ClientHealth::default()).unwrap(),
                 "server": null, "histograms": file, "warnings": []
             }));
+            if repeat {
+                let again = format!("histograms/L{i:03}r.json");
+                write(&again, 10);
+                let mut r = levels.last().unwrap().clone();
+                r["histograms"] = again.into();
+                levels.last_mut().unwrap()["repeats"] = serde_json::json!([r]);
+            }
         }
         let results = serde_json::json!({
             "schema_version": 1, "status": {"state": "complete"}, "warnings": [],
@@ -509,8 +521,8 @@ mod tests {
     #[test]
     fn one_chart_per_latency_objective_escaped_and_balanced() {
         let t = tempfile::tempdir().unwrap();
-        let a = run_dir(&t.path().join("a"), 1);
-        let b = run_dir(&t.path().join("b"), 2);
+        let a = run_dir(&t.path().join("a"), 1, false);
+        let b = run_dir(&t.path().join("b"), 2, false);
         let c = compare(&a, &b, &Gate::default()).unwrap();
         let html = render_html(&c, &a, &b);
         assert_well_formed(&html);
@@ -533,6 +545,37 @@ mod tests {
         // What changed: the tool version, material.
         assert!(html.contains("<td>headroom version</td><td>0.1</td><td>0.2</td>"));
         assert!(html.contains("<h2>Capacity</h2>"));
+    }
+
+    /// The baseline's repeats at 190 and 200 ms (TTFT p95 of 1..200 ms, then shifted 10 ms):
+    /// a noise floor of 10 ms, which the candidate's doubling (+190 ms) exceeds; without
+    /// repeats the text says how much noise could explain instead.
+    #[test]
+    fn the_baseline_repeats_give_the_noise_floor() {
+        let t = tempfile::tempdir().unwrap();
+        let a = run_dir(&t.path().join("a"), 1, true);
+        let b = run_dir(&t.path().join("b"), 2, false);
+        let c = compare(&a, &b, &Gate::default()).unwrap();
+        let ttft = c.levels[0]
+            .latency
+            .iter()
+            .find(|x| x.id == "ttft_p95")
+            .unwrap();
+        let (lo, hi) = ttft.noise_floor_s.unwrap();
+        // HDR keeps 3 significant digits: within 0.1 % of 190 and 200 ms.
+        assert!(
+            (lo - 0.190).abs() < 2e-4 && (hi - 0.200).abs() < 2e-4,
+            "{lo} {hi}"
+        );
+        assert_eq!(ttft.beyond_noise_floor(), Some(true));
+        let text = crate::sweep::compare::render_text(&c, false);
+        assert!(
+            text.contains("(noise floor 10.0 ms): the difference exceeds it"),
+            "{text}"
+        );
+        let c = compare(&b, &a, &Gate::default()).unwrap();
+        let text = crate::sweep::compare::render_text(&c, false);
+        assert!(text.contains("noise alone could explain ±"), "{text}");
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub struct SweepSettings {
     pub seed: u64,
     /// Run only this phase (a class name, or `mix`); `None`: every class, then the mix.
     pub only_phase: Option<String>,
+    /// Times each level is run back to back at the same load (1: once). The repeats are kept in
+    /// [`LevelResult::repeats`]; the search reads their strictest verdict ([`combine_repeats`]).
+    pub repeat: u32,
 }
 
 /// Progress callbacks (the CLI draws bars; tests record).
@@ -205,14 +208,13 @@ impl Sweep<'_> {
                     break 'phases;
                 }
                 let lag0 = self.clock_lag.map(|f| f());
-                let (mut level, aborted, transport_streak, raw) =
-                    self.run_one(&phase, load, level_index).await;
+                let (mut level, aborted, transport_streak, raws) =
+                    self.run_repeats(&phase, load, &mut level_index).await;
                 if let (Some(f), Some(before)) = (self.clock_lag, lag0)
                     && let Some(w) = twin_lateness_warning(before, f())
                 {
                     level.warnings.push(w);
                 }
-                level_index += 1;
                 let aborted = aborted.map(|why| {
                     let why = format!("load generation broke down: {why}");
                     void_level(&mut level, "aborted", &why);
@@ -261,13 +263,16 @@ impl Sweep<'_> {
                 // that fails stops the sweep; the files it left unwritten are dropped from the
                 // level (with a warning) before the final write of the results.
                 let written = (self.on_result)(&run)
-                    .map_err(|e| (raw.names(), e))
-                    .and_then(|()| raw.write(&self.settings.run_dir));
+                    .map_err(|e| (raws.iter().flat_map(RawFiles::names).collect(), e))
+                    .and_then(|()| write_all(&raws, &self.settings.run_dir));
                 if let Err((unwritten, e)) = written {
                     // The level must not cite files the directory lacks; the final write below
                     // records the level without them.
                     let level = run.phases.last_mut().and_then(|p| p.levels.last_mut());
                     if let Some(level) = level {
+                        for r in &mut level.repeats {
+                            drop_unwritten(r, &unwritten, &e);
+                        }
                         drop_unwritten(level, &unwritten, &e);
                     }
                     stop_reason = Some(format!("cannot write the run directory: {e}"));
@@ -329,6 +334,40 @@ impl Sweep<'_> {
             Ok(Err(e)) => Some(format!("GET /v1/models failed: {e}")),
             Err(_) => Some("GET /v1/models got no answer within 5 s".into()),
         }
+    }
+
+    /// Runs a level [`SweepSettings::repeat`] times back to back (each repeat its own level index,
+    /// so its own seed and files), stopping early when a repeat broke down or was interrupted;
+    /// the first repeat's record carries the others and their strictest verdict
+    /// ([`combine_repeats`]). The transport streak is the last repeat's.
+    async fn run_repeats(
+        &self,
+        phase: &Phase,
+        load: f64,
+        level_index: &mut u32,
+    ) -> (LevelResult, Option<String>, u64, Vec<RawFiles>) {
+        let (mut level, mut aborted, mut streak, raw) =
+            self.run_one(phase, load, *level_index).await;
+        *level_index += 1;
+        let mut raws = vec![raw];
+        for _ in 1..self.settings.repeat.max(1) {
+            if aborted.is_some()
+                || level.window_note.starts_with("interrupted")
+                || self.cancel.is_cancelled()
+            {
+                break;
+            }
+            let (r, a, st, raw) = self.run_one(phase, load, *level_index).await;
+            *level_index += 1;
+            raws.push(raw);
+            (aborted, streak) = (a, st);
+            if r.window_note.starts_with("interrupted") {
+                level.window_note = r.window_note.clone();
+            }
+            level.repeats.push(r);
+        }
+        combine_repeats(&mut level);
+        (level, aborted, streak, raws)
     }
 
     /// Runs and judges one level; also says why its load generation broke down, when it did
@@ -1099,6 +1138,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
         client: health,
         server,
         histograms: j.hist_file,
+        repeats: Vec::new(),
         warnings,
     }
 }
@@ -1218,6 +1258,67 @@ impl RawFiles {
         self.rec
             .save(&path)
             .map_err(|e| (vec![self.hist_file.clone()], e.to_string()))
+    }
+}
+
+/// Writes every repeat's files in order; at the first failure, the files not written are that
+/// repeat's rest and every later repeat's.
+fn write_all(raws: &[RawFiles], dir: &std::path::Path) -> Result<(), (Vec<String>, String)> {
+    for (i, r) in raws.iter().enumerate() {
+        r.write(dir).map_err(|(mut unwritten, e)| {
+            unwritten.extend(raws[i + 1..].iter().flat_map(RawFiles::names));
+            (unwritten, e)
+        })?;
+    }
+    Ok(())
+}
+
+/// How strict an objective row is: a certain FAIL, a borderline FAIL, INCONCLUSIVE, a borderline
+/// PASS, a certain PASS (lowest first).
+fn strictness(o: &ObjectiveResult) -> u8 {
+    match (o.verdict, o.is_borderline()) {
+        (Verdict::Fail, false) => 0,
+        (Verdict::Fail, true) => 1,
+        (Verdict::Inconclusive, _) => 2,
+        (Verdict::Pass, true) => 3,
+        (Verdict::Pass, false) => 4,
+    }
+}
+
+/// The verdict of a level run several times: each objective takes its strictest repeat's row
+/// (its reason then names the repeat), and the level's verdict combines those. The repeats must
+/// agree for a PASS: a capacity one repeat in N breaks is not a capacity, and each repeat's
+/// verdict keeps its own certainty and server view (merging the client histograms would pool the
+/// samples but leave the engine's windows, separated by the other repeats' warm-ups, apart).
+/// A disagreement between repeats is a level warning.
+pub fn combine_repeats(level: &mut LevelResult) {
+    if level.repeats.is_empty() {
+        return;
+    }
+    let n = level.repeats.len() + 1;
+    let own: Vec<&str> = std::iter::once(level.verdict)
+        .chain(level.repeats.iter().map(|r| r.verdict))
+        .map(Verdict::as_str)
+        .collect();
+    for o in &mut level.objectives {
+        let strictest = level
+            .repeats
+            .iter()
+            .enumerate()
+            .filter_map(|(k, r)| Some((k + 2, r.objectives.iter().find(|x| x.id == o.id)?)))
+            .filter(|(_, x)| strictness(x) < strictness(o))
+            .min_by_key(|(_, x)| strictness(x));
+        if let Some((k, x)) = strictest {
+            *o = x.clone();
+            o.reason = format!("repeat {k} of {n}: {}", o.reason);
+        }
+    }
+    level.verdict = Verdict::combine(level.objectives.iter().map(|o| o.verdict));
+    if own.iter().any(|v| *v != own[0]) {
+        level.warnings.push(format!(
+            "the {n} repeats disagree ({}): the strictest holds",
+            own.join(", ")
+        ));
     }
 }
 
@@ -1511,12 +1612,37 @@ pub(crate) mod tests {
             client: Default::default(),
             server: None,
             histograms: String::new(),
+            repeats: Vec::new(),
             warnings: vec![],
         }
     }
 
     /// Whatever the objectives said, a voided level (interrupted, server lost, aborted) is
     /// INCONCLUSIVE throughout, says why, and keeps what the figures alone said.
+    /// Two repeats: a PASS and a FAIL of TTFT make the level FAIL with the second repeat's row
+    /// and a warning; the error objective both passed keeps the first repeat's row.
+    #[test]
+    fn repeats_must_agree_and_the_strictest_row_holds() {
+        let mut l = level_with(&[("ttft_p95", Verdict::Pass), ("error_rate", Verdict::Pass)]);
+        let mut r = level_with(&[("ttft_p95", Verdict::Fail), ("error_rate", Verdict::Pass)]);
+        r.objectives[0].reason = "9 of 50 above".into();
+        l.repeats.push(r);
+        super::combine_repeats(&mut l);
+        assert_eq!(l.verdict, Verdict::Fail);
+        assert_eq!(l.objectives[0].reason, "repeat 2 of 2: 9 of 50 above");
+        assert_eq!(l.objectives[1].reason, "50 of 50 below");
+        assert_eq!(
+            l.warnings,
+            ["the 2 repeats disagree (PASS, FAIL): the strictest holds"]
+        );
+        // Agreeing repeats: nothing changes, no warning.
+        let mut l = level_with(&[("ttft_p95", Verdict::Pass)]);
+        l.repeats.push(level_with(&[("ttft_p95", Verdict::Pass)]));
+        super::combine_repeats(&mut l);
+        assert_eq!(l.verdict, Verdict::Pass);
+        assert!(l.warnings.is_empty());
+    }
+
     #[test]
     fn a_voided_level_gives_no_verdict_whatever_its_figures_said() {
         for state in ["interrupted", "server lost", "aborted"] {

@@ -88,6 +88,7 @@ mod sweep_runs {
             run_dir: dir.to_path_buf(),
             seed: 1,
             only_phase: None,
+            repeat: 1,
         }
     }
 
@@ -445,6 +446,43 @@ mod sweep_runs {
                 _ => assert!(l.histograms.is_empty() && !cited(&r).is_empty()),
             }
         }
+    }
+
+    /// `repeat: 2` runs each level twice: the level keeps one repeat with its own histogram
+    /// file, both on disk, and results.json without repeats has no `repeats` key.
+    #[tokio::test]
+    async fn each_level_runs_repeat_times_with_its_own_files() {
+        let stub = StubServer::start(StubConfig::default()).unwrap();
+        let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = settings(dir.path(), &[1.0, 2.0]);
+        s.repeat = 2;
+        let partials = Mutex::new(Vec::new());
+        let r = sweep(&t, &s, CancellationFlag::new(), &partials).await;
+        let levels = &r.phases[0].levels;
+        assert_eq!(levels.len(), 2);
+        for l in levels {
+            assert_eq!(l.repeats.len(), 1, "{l:?}");
+            let rep = &l.repeats[0];
+            assert_eq!(rep.load, l.load);
+            assert_ne!(rep.histograms, l.histograms);
+            for h in [&l.histograms, &rep.histograms] {
+                assert!(dir.path().join(h).is_file(), "{h}");
+            }
+        }
+        // Level files are numbered in run order: L000, L001 (repeat), L002, L003 (repeat).
+        assert_eq!(levels[1].repeats[0].histograms, "histograms/L003.json");
+        let once = headroom_core::run::LevelResult {
+            repeats: Vec::new(),
+            ..levels[0].clone()
+        };
+        assert!(
+            serde_json::to_value(&once)
+                .unwrap()
+                .get("repeats")
+                .is_none()
+        );
+        assert!(serde_json::to_value(&levels[0]).unwrap()["repeats"].is_array());
     }
 
     /// `only_phase` runs that phase alone (a class, or the mix).
