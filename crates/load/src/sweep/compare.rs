@@ -653,13 +653,28 @@ fn figures(a: &LevelResult, b: &LevelResult) -> (Vec<FigureComparison>, Option<S
     };
     // Rates, means, shares and percentiles compare across windows of different lengths; raw
     // counts (tokens, requests) only measure the window.
+    // The workload's own shape (token lengths, finish counts) is the same traffic in both runs,
+    // not the server's behaviour: left out.
+    let workload = |k: &str| {
+        [
+            "tokens_mean",
+            "max_tokens",
+            "generation_to_prompt",
+            "finished",
+            "http_",
+            "requests",
+        ]
+        .iter()
+        .any(|w| k.contains(w))
+    };
     let comparable = |k: &str| {
-        k.ends_with("_s")
-            || k.ends_with("_ratio")
-            || k.contains("mean")
-            || k.contains("per_")
-            || k.contains("share")
-            || PHASE_FIGURES.contains(&k)
+        !workload(k)
+            && (k.ends_with("_s")
+                || k.ends_with("_ratio")
+                || k.contains("mean")
+                || k.contains("per_")
+                || k.contains("share")
+                || PHASE_FIGURES.contains(&k))
     };
     let mut out: Vec<FigureComparison> = sa
         .figures
@@ -834,7 +849,14 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
                 });
             }
         }
-        let (server, moved_most) = figures(p.la, p.lb);
+        let (server, moved) = figures(p.la, p.lb);
+        // Which phase moved is the explanation of a change; where nothing changed beyond the
+        // noise, the largest figure change is noise too and is not named.
+        let changed = latency
+            .iter()
+            .any(|x| x.change != Change::NoDetectableChange)
+            || p.la.verdict != p.lb.verdict;
+        let moved_most = moved.filter(|_| changed);
         levels.push(LevelComparison {
             phase: p.phase.name.clone(),
             load: p.la.load,
@@ -968,6 +990,14 @@ pub(crate) fn fmt_signed_s(s: f64) -> String {
     }
 }
 
+/// A confidence as a percentage with the decimals that keep it below 100 (99.6, not 100).
+fn fmt_confidence(c: f64) -> String {
+    (0..=3)
+        .map(|d| format!("{:.d$}", c * 100.0))
+        .find(|t| t.parse::<f64>().is_ok_and(|v| v < 100.0))
+        .unwrap_or_else(|| format!("{:.4}", c * 100.0))
+}
+
 pub(crate) fn fmt_band(b: &CapacityBand) -> String {
     let f = headroom_core::slo::fmt_num;
     match (b.low, b.high) {
@@ -1080,13 +1110,13 @@ pub fn render_text(c: &Comparison, markdown: bool) -> String {
         );
         for x in &l.latency {
             o.push_str(&format!(
-                "  {:<24} {:>10} → {:<10} difference {} … {} ({:.0} % CI, {} / {} samples){}: {}\n",
+                "  {:<24} {:>10} → {:<10} difference {} … {} ({} % CI, {} / {} samples){}: {}\n",
                 x.id,
                 fmt_s(x.before_s),
                 fmt_s(x.after_s),
                 fmt_signed_s(x.diff_ci_s.0),
                 fmt_signed_s(x.diff_ci_s.1),
-                x.confidence * 100.0,
+                fmt_confidence(x.confidence),
                 x.samples.0,
                 x.samples.1,
                 x.allowed_increase_s
