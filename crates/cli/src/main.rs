@@ -8,6 +8,7 @@ mod report_cmd;
 mod sim_cmd;
 mod slo_cmd;
 mod sweep_cmd;
+mod workload_as_run;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

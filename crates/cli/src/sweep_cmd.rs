@@ -15,6 +15,7 @@ use headroom_load::workload::{
     DEFAULT_WORKLOAD_YAML, Levels, Workload, check_level, window_from_secs,
 };
 use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -132,8 +133,29 @@ impl Progress for Bars {
                 tick.inc(200);
             }
         });
-        if let Ok(mut b) = self.bar.lock() {
-            *b = Some(pb);
+        // Without a terminal the bar is hidden: a heartbeat line at least every 10 s says the
+        // level is still running (a level may run past its windows, up to 4 × measure).
+        if !std::io::stderr().is_terminal() {
+            let beat = pb.clone();
+            let what = format!(
+                "{phase}: {} {}",
+                headroom_core::slo::fmt_num(load),
+                mode.unit()
+            );
+            std::thread::spawn(move || {
+                heartbeat(&beat, HEARTBEAT, |t| {
+                    eprintln!(
+                        "  {what}: running, {:.0} s of ~{:.0} s",
+                        t.as_secs_f64(),
+                        expected.as_secs_f64()
+                    );
+                });
+            });
+        }
+        if let Ok(mut b) = self.bar.lock()
+            && let Some(old) = b.replace(pb)
+        {
+            old.finish_and_clear();
         }
     }
 
@@ -154,6 +176,23 @@ impl Progress for Bars {
 
     fn note(&self, msg: &str) {
         eprintln!("  {msg}");
+    }
+}
+
+/// Interval of the heartbeat lines of a level without a terminal.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// Calls `say(elapsed)` every `every` until `bar` is finished: the heartbeat of a level whose
+/// progress bar is hidden (stderr not a terminal).
+fn heartbeat(bar: &ProgressBar, every: Duration, mut say: impl FnMut(Duration)) {
+    let t0 = std::time::Instant::now();
+    let mut next = every;
+    while !bar.is_finished() {
+        std::thread::sleep((every / 8).min(Duration::from_millis(250)));
+        if t0.elapsed() >= next && !bar.is_finished() {
+            say(t0.elapsed());
+            next += every;
+        }
     }
 }
 
@@ -502,7 +541,17 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
             .unwrap_or_default(),
     };
     // The spec files as given, so the run directory is reproducible and `headroom diagnose
-    // --from RUN_DIR` judges against the same SLO (the windows as run are in manifest.json).
+    // --from RUN_DIR` judges against the same SLO; workload.yaml with the windows as run (also
+    // in manifest.json) when flags, --quick or the demo overrode the file's.
+    let workload_text = crate::workload_as_run::workload_as_run(
+        &workload_text,
+        args.workload
+            .as_deref()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new(".")),
+        (workload.spec.warmup, workload.spec.measure),
+        (warmup, measure),
+    );
     for (name, text) in [("slo.yaml", &slo_text), ("workload.yaml", &workload_text)] {
         let path = run_dir.join(name);
         headroom_report::write_atomic(&path, text.as_bytes())
@@ -988,6 +1037,27 @@ fn utc_stamp(t: chrono::DateTime<chrono::Utc>) -> String {
 #[cfg(test)]
 mod flag_tests {
     use clap::Parser;
+
+    /// A level ran 42 s with nothing printed when stderr was not a terminal: the heartbeat
+    /// speaks every interval until the level's bar is finished, then stops.
+    #[test]
+    fn a_hidden_level_beats_until_it_finishes() {
+        use std::time::Duration;
+        let bar = indicatif::ProgressBar::hidden();
+        let beats = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (b, log) = (bar.clone(), beats.clone());
+        let t = std::thread::spawn(move || {
+            super::heartbeat(&b, Duration::from_millis(40), |e| {
+                log.lock().unwrap().push(e)
+            })
+        });
+        std::thread::sleep(Duration::from_millis(210));
+        bar.finish_and_clear();
+        t.join().unwrap();
+        let n = beats.lock().unwrap().len();
+        assert!((1..=5).contains(&n), "{n} beats in 210 ms at 40 ms");
+        assert!(super::HEARTBEAT <= Duration::from_secs(10));
+    }
 
     #[derive(Parser)]
     struct T {
