@@ -13,12 +13,13 @@
 //!    or below it); *better* in the mirror case; otherwise no detectable change.
 //! 3. **Latency at each level both runs measured**: each latency objective's percentile before
 //!    and after, with a confidence interval on the difference from the stored HDR histograms by
-//!    **order statistics**: for `n` samples the ranks `np ± z·√(np(1−p))` bracket the
-//!    p-quantile with the stated confidence whatever the distribution (the binomial interval
-//!    for a quantile; Hahn & Meeker, *Statistical Intervals*, §5.2). Each run's interval is taken
-//!    at 97.5 %, so the difference interval (after's low − before's high, after's high −
-//!    before's low) holds at ≥ 95 %, and the level is Bonferroni-split over every gated
-//!    comparison so that a gate's false-alarm rate stays at 5 % for the whole comparison. ITL
+//!    **order statistics**: for `n` samples, the ranks `j < k` with `P(j ≤ B < k) ≥ 1 − α` for
+//!    `B ~ Binomial(n, p)` bracket the p-quantile whatever the distribution (the exact binomial
+//!    interval for a quantile; Hahn & Meeker, *Statistical Intervals*, §5.2); a rank beyond the
+//!    sample leaves that side unbounded. Each run's interval is taken at 1 − α/2, so the
+//!    difference interval (after's low − before's high, after's high − before's low) holds at
+//!    ≥ 1 − α, and α is Bonferroni-split over every comparison shown (or every gated one), so
+//!    the family's false-alarm rate stays at 5 %. ITL
 //!    gaps of one request are correlated; their ranks are computed for the number of requests
 //!    they came from, which widens the interval as the correlation requires. Order statistics
 //!    rather than a bootstrap: the histograms are what the run directory keeps (no per-request
@@ -336,44 +337,52 @@ pub fn compare_capacity(
     }
 }
 
-/// A distribution-free interval for the `p`-quantile of `n` samples at normal quantile `z`, as
-/// quantile positions `(lo, hi)` in [0, 1] (order statistics of ranks `np ∓ z√(np(1−p))`).
-pub fn quantile_rank_interval(n: u64, p: f64, z: f64) -> (f64, f64) {
-    if n == 0 {
-        return (0.0, 1.0);
+/// A distribution-free interval for the `p`-quantile of `n` samples with two-sided confidence
+/// `1 − alpha`, as quantile positions `(lo, hi)` in [0, 1]: the order statistics `X(j) ≤ ξp ≤
+/// X(k)` with `B ~ Binomial(n, p)` the count of samples below the quantile and `P(j ≤ B < k) ≥
+/// 1 − alpha`, from the exact binomial distribution (each tail at most `alpha / 2`).
+///
+/// A rank beyond the sample is no bound at all: the lower position is then 0 (nothing is known
+/// below the smallest sample but that latency is ≥ 0) and the upper `None` (unbounded above), so
+/// a handful of samples never yields a narrow interval.
+pub fn quantile_rank_interval(n: u64, p: f64, alpha: f64) -> (f64, Option<f64>) {
+    if n == 0 || !(0.0..1.0).contains(&p) {
+        return (0.0, None);
     }
-    let nf = n as f64;
-    let half = z * (nf * p * (1.0 - p)).sqrt();
-    let lo = ((nf * p - half).floor().max(1.0)).min(nf);
-    let hi = ((nf * p + half).ceil() + 1.0).min(nf);
-    (lo / nf, hi / nf)
-}
-
-/// Normal quantile of a two-sided interval of confidence `level` (0.95 → 1.96), by bisection on
-/// the error function's complement (no table).
-fn z_for(level: f64) -> f64 {
-    let tail = (1.0 - level) / 2.0;
-    let (mut lo, mut hi) = (0.0f64, 10.0f64);
-    for _ in 0..100 {
-        let mid = (lo + hi) / 2.0;
-        if upper_tail(mid) > tail {
-            lo = mid
+    let tail = alpha / 2.0;
+    // log pmf by the recurrence pmf(k+1) = pmf(k)·(n−k)/(k+1)·p/(1−p), from pmf(0) = (1−p)^n;
+    // the cumulative in log space (log-sum-exp) so that 0.05^10000 does not underflow.
+    let (lp, lq) = (p.ln(), (1.0 - p).ln());
+    let mut log_pmf = n as f64 * lq;
+    let mut log_cdf = f64::NEG_INFINITY;
+    let add = |a: f64, b: f64| {
+        if a == f64::NEG_INFINITY {
+            b
         } else {
-            hi = mid
+            let m = a.max(b);
+            m + ((a - m).exp() + (b - m).exp()).ln()
+        }
+    };
+    // j: the largest rank with P(B < j) ≤ tail; k: the smallest with P(B ≥ k) ≤ tail.
+    let mut j = 0u64;
+    let mut k = None;
+    for b in 0..=n {
+        // log_cdf before adding b is log P(B < b).
+        if log_cdf.exp() <= tail {
+            j = b;
+        }
+        log_cdf = add(log_cdf, log_pmf);
+        if k.is_none() && 1.0 - log_cdf.exp() <= tail {
+            // P(B > b) ≤ tail: the quantile lies below X(b + 1).
+            k = Some(b + 1);
+        }
+        if b < n {
+            log_pmf += ((n - b) as f64).ln() - ((b + 1) as f64).ln() + lp - lq;
         }
     }
-    (lo + hi) / 2.0
-}
-
-/// P(Z > x) for a standard normal, from the complementary error function (Abramowitz & Stegun
-/// 7.1.26, |error| < 1.5·10⁻⁷).
-fn upper_tail(x: f64) -> f64 {
-    let t = 1.0 / (1.0 + 0.327_591_1 * x / std::f64::consts::SQRT_2);
-    let poly = t
-        * (0.254_829_592
-            + t * (-0.284_496_736
-                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-    0.5 * poly * (-(x * x) / 2.0).exp()
+    let nf = n as f64;
+    let lo = if j < 1 { 0.0 } else { j as f64 / nf };
+    (lo, k.filter(|k| *k <= n).map(|k| k as f64 / nf))
 }
 
 /// One latency objective at one level, before and after.
@@ -452,7 +461,7 @@ fn noise_floor(
     let values: Vec<f64> = repeats
         .iter()
         .filter_map(|r| r.classes.iter().find(|c| c.name == class))
-        .filter_map(|c| percentile_interval(c, signal, pct, 0.0).map(|v| v.0))
+        .filter_map(|c| percentile_interval(c, signal, pct, 0.05).map(|v| v.0))
         .collect();
     if values.is_empty() {
         return None;
@@ -618,7 +627,7 @@ fn percentile_interval(
     c: &ClassRecording,
     signal: LatencySignal,
     pct: f64,
-    z: f64,
+    alpha: f64,
 ) -> Option<(f64, (f64, f64), u64)> {
     let h = c.histogram(signal)?;
     if h.is_empty() {
@@ -629,9 +638,11 @@ fn percentile_interval(
         LatencySignal::Itl => c.requests().min(h.len()).max(1),
         _ => h.len(),
     };
-    let (qlo, qhi) = quantile_rank_interval(n_units, p, z);
+    let (qlo, qhi) = quantile_rank_interval(n_units, p, alpha);
     let v = |q: f64| h.value_at_quantile(q.clamp(0.0, 1.0)) as f64 / 1e9;
-    Some((v(p), (v(qlo), v(qhi)), n_units))
+    let lo = if qlo > 0.0 { v(qlo) } else { 0.0 };
+    let hi = qhi.map_or(f64::INFINITY, v);
+    Some((v(p), (lo, hi), n_units))
 }
 
 /// Figures whose change names a phase of the engine (what moved).
@@ -788,7 +799,7 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
     let family = 0.05;
     let per_test = family / n_tests.max(1) as f64;
     // Each side at 1 − per_test/2: the difference interval then holds at ≥ 1 − per_test.
-    let z = z_for(1.0 - per_test / 2.0);
+    let alpha = per_test / 2.0;
     let mut levels = Vec::new();
     let mut missing = Vec::new();
     for p in &pending {
@@ -808,8 +819,8 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
                     continue;
                 };
                 let (Some((va, (la, ha), na)), Some((vb, (lb, hb), nb))) = (
-                    percentile_interval(ca, signal, pct, z),
-                    percentile_interval(cb, signal, pct, z),
+                    percentile_interval(ca, signal, pct, alpha),
+                    percentile_interval(cb, signal, pct, alpha),
                 ) else {
                     continue;
                 };
@@ -973,7 +984,9 @@ fn parse_duration_s(v: &str) -> Option<f64> {
 
 pub(crate) fn fmt_s(s: f64) -> String {
     let a = s.abs();
-    if a >= 1.0 {
+    if a.is_infinite() {
+        "∞".into()
+    } else if a >= 1.0 {
         format!("{s:.2} s")
     } else if a >= 1e-3 {
         format!("{:.1} ms", s * 1e3)
@@ -1170,22 +1183,20 @@ pub fn render_text(c: &Comparison, markdown: bool) -> String {
 mod tests {
     use super::*;
 
-    /// z by hand: 1.96 for 95 %, 2.576 for 99 %, 2.241 for 97.5 %.
-    #[test]
-    fn normal_quantiles() {
-        assert!((z_for(0.95) - 1.959_96).abs() < 1e-3);
-        assert!((z_for(0.99) - 2.575_83).abs() < 1e-3);
-        assert!((z_for(0.975) - 2.241_40).abs() < 1e-3);
-    }
-
-    /// For n = 100, p = 0.95 at 95 %: ranks 95 ∓ 1.96·√4.75 = 95 ∓ 4.27 → 90 and 100.
     #[test]
     fn quantile_ranks_by_hand() {
-        let (lo, hi) = quantile_rank_interval(100, 0.95, 1.959_964);
-        assert_eq!((lo, hi), (0.90, 1.0));
-        let (lo, hi) = quantile_rank_interval(10_000, 0.5, 1.959_964);
-        // 5000 ∓ 98 → 4902 and 5099
-        assert_eq!((lo * 10_000.0, hi * 10_000.0), (4902.0, 5099.0));
+        // n = 100, p = 0.95, 95 %: P(B ≥ 100) = 0.95^100 = 0.0059 ≤ 0.025 < P(B ≥ 99) = 0.037 →
+        // upper X(100); P(B < 90) = 0.0115 ≤ 0.025 < P(B < 91) = 0.0282 → lower X(90).
+        assert_eq!(quantile_rank_interval(100, 0.95, 0.05), (0.90, Some(1.0)));
+        // n = 20, p = 0.95: P(B ≤ 19) = 1 − 0.95^20 = 0.642 < 0.975: no upper bound.
+        assert_eq!(quantile_rank_interval(20, 0.95, 0.05).1, None);
+        // The median of 10,000: 5000 ∓ 1.96·50 = 5000 ∓ 98 by the normal approximation.
+        let (lo, hi) = quantile_rank_interval(10_000, 0.5, 0.05);
+        let (lo, hi) = (lo * 10_000.0, hi.unwrap() * 10_000.0);
+        assert!((4900.0..=4904.0).contains(&lo), "{lo}");
+        assert!((5097.0..=5101.0).contains(&hi), "{hi}");
+        // One sample bounds nothing.
+        assert_eq!(quantile_rank_interval(1, 0.95, 0.05), (0.0, None));
     }
 
     #[test]
