@@ -1148,10 +1148,10 @@ pub fn render_text(c: &Comparison, markdown: bool) -> String {
                 s.name,
                 f(s.before),
                 f(s.after),
-                if s.relative.is_finite() {
-                    format!("{:+.0} %", s.relative * 100.0)
+                if !s.relative.is_finite() || s.before.abs() < 1e-3 * s.after.abs() {
+                    "from ≈ 0".into()
                 } else {
-                    "from 0".into()
+                    format!("{:+.0} %", s.relative * 100.0)
                 }
             ));
         }
