@@ -520,9 +520,15 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         model: info.model.clone(),
         models: info.models_raw.clone(),
         server_version: info.version_raw.clone().unwrap_or(serde_json::Value::Null),
-        engine_config: serde_json::json!({
-            "embedded_twin": args.target.is_none().then(|| serde_json::json!({"gpu": args.sim_gpu, "model": args.sim_model})),
-        }),
+        engine_config: {
+            let mut c = served_configuration(metrics_url.as_deref(), dcgm_url.as_deref()).await;
+            c["embedded_twin"] = serde_json::json!(
+                args.target
+                    .is_none()
+                    .then(|| serde_json::json!({"gpu": args.sim_gpu, "model": args.sim_model}))
+            );
+            c
+        },
         // The workload as run: windows overridden by flags, --quick or the embedded demo.
         workload: {
             let mut spec = workload.spec.clone();
@@ -683,6 +689,46 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         _ if !short.is_empty() => 3,
         _ => 0,
     })
+}
+
+/// What the servers say of their configuration before the first level, for the manifest (what
+/// `headroom compare` names as a material change): the engine detected in one scrape of
+/// `metrics_url` and every label of vLLM's `cache_config_info` (block size, GPU memory share,
+/// prefix caching, KV blocks: the flags vLLM exposes); the GPUs' `modelName`s from one scrape of
+/// dcgm-exporter. A scrape that fails leaves its part out (`null`), with no error: the sweep's
+/// own scrapes report a missing endpoint.
+async fn served_configuration(
+    metrics_url: Option<&str>,
+    dcgm_url: Option<&str>,
+) -> serde_json::Value {
+    let limit = Duration::from_secs(3);
+    let mut out = serde_json::json!({"engine": null, "cache_config": null, "gpus": null});
+    if let Some(u) = metrics_url
+        && let Ok(s) = headroom_signals::scrape_once(u, limit).await
+    {
+        let d = headroom_signals::adapter::detect(&s.exposition);
+        out["engine"] = serde_json::json!(d.engine.name());
+        if let Some(c) = s.exposition.samples("vllm:cache_config_info").next() {
+            let labels: serde_json::Map<String, serde_json::Value> = c
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::from(v)))
+                .collect();
+            out["cache_config"] = serde_json::Value::Object(labels);
+        }
+    }
+    if let Some(u) = dcgm_url
+        && let Ok(s) = headroom_signals::scrape_once(u, limit).await
+    {
+        let snap = headroom_signals::adapter::dcgm_snapshot(&s.exposition);
+        let gpus: Vec<serde_json::Value> = snap
+            .gpus
+            .iter()
+            .map(|g| serde_json::json!({"gpu": g.id.gpu, "model": g.model}))
+            .collect();
+        out["gpus"] = serde_json::Value::Array(gpus);
+    }
+    out
 }
 
 /// The terminal's account of a prompt calibration: the method, the overhead, each class's

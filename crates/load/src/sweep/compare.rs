@@ -127,7 +127,14 @@ pub struct ManifestChange {
 /// separately: they decide whether the runs are comparable at all.
 const MANIFEST_FIELDS: &[(&str, &str, bool)] = &[
     ("server version", "/server_version", true),
-    ("engine configuration", "/engine_config", true),
+    ("engine", "/engine_config/engine", true),
+    (
+        "engine configuration (vllm:cache_config_info)",
+        "/engine_config/cache_config",
+        true,
+    ),
+    ("GPU (dcgm-exporter)", "/engine_config/gpus", true),
+    ("engine twin preset", "/engine_config/embedded_twin", true),
     ("model", "/model", true),
     ("served models", "/models", true),
     ("headroom version", "/tool_version", true),
@@ -1197,6 +1204,32 @@ mod tests {
         assert!((5097.0..=5101.0).contains(&hi), "{hi}");
         // One sample bounds nothing.
         assert_eq!(quantile_rank_interval(1, 0.95, 0.05), (0.0, None));
+    }
+
+    /// The engine's exposed configuration and the GPU are material; a restart's new creation
+    /// time in `/v1/models` is not a change at all.
+    #[test]
+    fn manifest_changes_name_the_material_ones() {
+        let m = |blocks: &str, gpu: &str, created: u64| {
+            serde_json::json!({
+                "tool_version": "0.1.0", "server_version": {"version": "0.32.0"}, "model": "m",
+                "models": {"data": [{"id": "m", "created": created, "max_model_len": 4096}]},
+                "engine_config": {"engine": "vllm", "cache_config": {"num_gpu_blocks": blocks},
+                    "gpus": [{"gpu": "0", "model": gpu}], "embedded_twin": null},
+                "host_cpus": 2, "seed": 1, "target": "http://h:8000"
+            })
+        };
+        let a = m("24551", "NVIDIA A10G", 1);
+        assert!(manifest_changes(&a, &m("24551", "NVIDIA A10G", 2)).is_empty());
+        let c = manifest_changes(&a, &m("12000", "NVIDIA L4", 2));
+        let what: Vec<(&str, bool)> = c.iter().map(|c| (c.what.as_str(), c.material)).collect();
+        assert_eq!(
+            what,
+            [
+                ("engine configuration (vllm:cache_config_info)", true),
+                ("GPU (dcgm-exporter)", true)
+            ]
+        );
     }
 
     #[test]
