@@ -11,8 +11,8 @@ use headroom_slo::promql::Matcher;
 use headroom_slo::rules::QueueAlert;
 use headroom_slo::sli::SliOptions;
 use headroom_slo::{
-    AutoscaleOptions, BudgetOptions, DashboardOptions, DeadTiers, ImportOptions, LatencySource,
-    OffBucket, Rendered, RulesOptions, Selectors, SloError,
+    AutoscaleKind, AutoscaleOptions, BudgetOptions, DashboardOptions, DeadTiers, ImportOptions,
+    LatencySource, OffBucket, Rendered, RulesOptions, Selectors, SloError,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -79,9 +79,12 @@ struct SliArgs {
     /// Label carrying the class on engine series (vLLM: `model_name`, the served model name).
     #[arg(long, default_value = "model_name")]
     class_label: String,
-    /// Matcher added to every engine selector, e.g. `job="vllm"` (repeatable).
-    #[arg(long = "match", value_name = "MATCHER")]
+    /// Matcher added to every selector, engine and gateway, e.g. `job="vllm"` (repeatable).
+    #[arg(long = "match", visible_alias = "selector", value_name = "MATCHER")]
     matchers: Vec<String>,
+    /// Kubernetes namespace of the series: `namespace="NS"` is added to every selector.
+    #[arg(long)]
+    namespace: Option<String>,
     /// Histograms latency SLIs are computed from.
     #[arg(long, value_enum, default_value = "vllm")]
     latency_source: SourceArg,
@@ -105,13 +108,10 @@ impl SliArgs {
     /// `--slo` file is refused by default). The second value is the note to print when that
     /// default applies.
     fn options(&self, builtin: bool) -> Result<(SliOptions, Option<&'static str>)> {
-        let common = self
-            .matchers
-            .iter()
-            .map(|m| Matcher::parse(m).map_err(|e| anyhow!("--match {e}")))
-            .collect::<Result<Vec<_>>>()?;
+        let common = scope(&self.matchers, self.namespace.as_deref())?;
         let mut selectors = Selectors {
             class_label: self.class_label.clone(),
+            gateway_common: common.clone(),
             common,
             ..Selectors::default()
         };
@@ -135,6 +135,18 @@ impl SliArgs {
         let note = (builtin && self.off_bucket.is_none()).then_some(BUILTIN_SNAP_NOTE);
         Ok((options, note))
     }
+}
+
+/// The matchers of `--match` (alias `--selector`) and `--namespace`, added to every selector.
+fn scope(matchers: &[String], namespace: Option<&str>) -> Result<Vec<Matcher>> {
+    let mut common = matchers
+        .iter()
+        .map(|m| Matcher::parse(m).map_err(|e| anyhow!("--match {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(ns) = namespace {
+        common.push(Matcher::eq("namespace", ns));
+    }
+    Ok(common)
 }
 
 #[derive(Debug, Args)]
@@ -180,6 +192,21 @@ struct DashboardArgs {
     /// Label carrying the model on vLLM series.
     #[arg(long, default_value = "model_name")]
     class_label: String,
+    /// Matcher added to every query and variable, e.g. `job="vllm"` (repeatable).
+    #[arg(long = "match", visible_alias = "selector", value_name = "MATCHER")]
+    matchers: Vec<String>,
+    /// Kubernetes namespace of the series: `namespace="NS"` is added to every query.
+    #[arg(long)]
+    namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum KindArg {
+    /// A KEDA ScaledObject.
+    Keda,
+    /// An autoscaling/v2 HPA on External metrics, and prometheus-adapter values
+    /// (--adapter-values FILE).
+    Hpa,
 }
 
 #[derive(Debug, Args)]
@@ -189,16 +216,29 @@ struct AutoscaleArgs {
     /// Label carrying the class on engine series.
     #[arg(long, default_value = "model_name")]
     class_label: String,
-    /// Matcher added to every selector, e.g. `namespace="llm"` (repeatable).
-    #[arg(long = "match", value_name = "MATCHER")]
+    /// Matcher added to every selector, e.g. `job="vllm"` (repeatable).
+    #[arg(long = "match", visible_alias = "selector", value_name = "MATCHER")]
     matchers: Vec<String>,
+    /// Which autoscaler to write: one object set, never both for one Deployment.
+    #[arg(long, value_enum, default_value = "keda")]
+    kind: KindArg,
+    /// With --kind hpa: write the prometheus-adapter Helm values (rules.external) here.
+    #[arg(long, value_name = "FILE")]
+    adapter_values: Option<PathBuf>,
+    /// Take the KV-use and waiting targets from a sweep's run directory: the capacity level's
+    /// peak KV-cache use and mean waiting requests, less --headroom.
+    #[arg(long, value_name = "RUN_DIR")]
+    from: Option<PathBuf>,
+    /// With --from: how far below the measured capacity to scale (`20%` or `0.2`).
+    #[arg(long, default_value = "20%")]
+    headroom: String,
     /// Class to scale (default: the SLO file's only class).
     #[arg(long)]
     class: Option<String>,
     /// Deployment running the vLLM replicas.
     #[arg(long, default_value = "vllm")]
     deployment: String,
-    /// Namespace of the deployment.
+    /// Namespace of the deployment; also scopes every query (`namespace="NS"`).
     #[arg(long)]
     namespace: Option<String>,
     /// Prometheus URL as seen from KEDA.
@@ -344,6 +384,14 @@ fn emit(r: Rendered, out: Option<&Path>) -> Result<()> {
     }
 }
 
+/// The name of a run's only phase (a one-class sweep without a mix).
+fn only_phase(results: &serde_json::Value) -> Option<String> {
+    match results["phases"].as_array().map(Vec::as_slice) {
+        Some([p]) => p["name"].as_str().map(String::from),
+        _ => None,
+    }
+}
+
 fn ratio_flag(name: &str, v: &str) -> Result<f64> {
     parse_ratio(v).map_err(|e| anyhow!("--{name} {v:?}: {e}"))
 }
@@ -397,18 +445,15 @@ pub async fn run(a: SloArgs) -> Result<i32> {
                 title: d.title.clone().unwrap_or(def.title),
                 uid: d.uid.clone().unwrap_or(def.uid),
                 class_label: d.class_label.clone(),
+                common: scope(&d.matchers, d.namespace.as_deref())?,
             };
             let out = headroom_slo::dashboard(&slo, &opts).map_err(|e| named(&origin, e))?;
             emit(out, d.io.out.as_deref())?;
         }
         SloCommand::Autoscale(s) => {
             let (slo, origin) = load_slo(s.io.slo.as_deref())?;
-            let common = s
-                .matchers
-                .iter()
-                .map(|m| Matcher::parse(m).map_err(|e| anyhow!("--match {e}")))
-                .collect::<Result<Vec<_>>>()?;
-            let opts = AutoscaleOptions {
+            let common = scope(&s.matchers, None)?;
+            let mut opts = AutoscaleOptions {
                 class: s.class.clone(),
                 sli: SliOptions {
                     selectors: Selectors {
@@ -428,9 +473,54 @@ pub async fn run(a: SloArgs) -> Result<i32> {
                 engines_per_replica: s.engines_per_replica,
                 smoothing: s.smoothing.clone(),
                 scale_down_stabilization_s: s.scale_down_stabilization_s,
+                kind: match s.kind {
+                    KindArg::Keda => AutoscaleKind::Keda,
+                    KindArg::Hpa => AutoscaleKind::Hpa,
+                },
             };
+            let mut notes = Vec::new();
+            if let Some(dir) = &s.from {
+                let path = dir.join("results.json");
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("--from: cannot read {}", path.display()))?;
+                let results: serde_json::Value = serde_json::from_str(&text)
+                    .with_context(|| format!("--from: {} is not JSON", path.display()))?;
+                let class = match &s.class {
+                    Some(c) => c.clone(),
+                    None => only_phase(&results)
+                        .ok_or_else(|| anyhow!("--from {}: the run has several phases; name the one to scale with --class NAME", dir.display()))?,
+                };
+                // The run's phase is the class to scale; the SLO's class matcher still applies.
+                let t = headroom_slo::autoscale::from_sweep(
+                    &results,
+                    &class,
+                    ratio_flag("headroom", &s.headroom)?,
+                )
+                .map_err(|e| anyhow!("--from {}: {e}", dir.display()))?;
+                opts.kv_usage_target = t.kv_usage_target;
+                if let Some(w) = t.waiting_per_replica {
+                    opts.waiting_per_replica = w;
+                }
+                notes = t.notes;
+            }
             let out = headroom_slo::autoscale(&slo, &opts).map_err(|e| named(&origin, e))?;
-            emit(out, s.io.out.as_deref())?;
+            let mut objects = out.objects;
+            // The sweep's reading goes into the file, as comments, and to stderr.
+            let comments: String = notes.iter().map(|n| format!("# {n}\n")).collect();
+            objects.text = comments + &objects.text;
+            objects.warnings.extend(notes);
+            match (out.adapter_values, &s.adapter_values) {
+                (Some(values), Some(p)) => headroom_report::write_atomic(p, values.as_bytes())
+                    .with_context(|| format!("cannot write {}", p.display()))?,
+                (Some(_), None) => objects.warnings.push(
+                    "the HPA's External metrics need prometheus-adapter rules: pass --adapter-values FILE to write them".into(),
+                ),
+                (None, Some(_)) => {
+                    return Err(anyhow!("--adapter-values: only --kind hpa has prometheus-adapter rules (KEDA queries Prometheus itself)"));
+                }
+                (None, None) => {}
+            }
+            emit(objects, s.io.out.as_deref())?;
         }
         SloCommand::Budget(b) => {
             let (slo, origin) = load_slo(b.io.slo.as_deref())?;

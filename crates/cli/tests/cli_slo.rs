@@ -316,6 +316,61 @@ fn autoscale_on_kv_and_waiting_never_gpu_utilisation() {
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
 }
 
+/// `--kind hpa` writes the HPA alone to stdout and the adapter values to their own file;
+/// `--from RUN_DIR` takes the targets from the sweep's capacity level, less the headroom.
+#[test]
+fn autoscale_hpa_apart_and_targets_from_a_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::write(
+        run.join("results.json"),
+        r#"{"phases": [{"name": "claims_assistant", "mode": "concurrency", "capacity": 64.0, "levels": [
+            {"load": 64.0, "server": {"figures": {"kv_cache_usage_max_ratio": 0.9, "waiting_mean": 2.5}}},
+            {"load": 128.0, "server": {"figures": {"kv_cache_usage_max_ratio": 1.0, "waiting_mean": 60.0}}}]}]}"#,
+    )
+    .unwrap();
+    let values = dir.path().join("adapter.yaml");
+    let o = headroom(&[
+        "slo",
+        "autoscale",
+        "--kind",
+        "hpa",
+        "--adapter-values",
+        values.to_str().unwrap(),
+        "--from",
+        run.to_str().unwrap(),
+        "--headroom",
+        "20%",
+        "--namespace",
+        "llm",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert!(t.contains("kind: HorizontalPodAutoscaler"), "{t}");
+    assert!(!t.contains("ScaledObject") && !t.contains("\n---"), "{t}");
+    // 0.9 × 0.8 = 0.72 per engine; 2.5 × 0.8 = 2 waiting per replica.
+    assert!(t.contains("averageValue: 720m"), "{t}");
+    assert!(t.contains("averageValue: \"2\""), "{t}");
+    assert!(
+        t.contains("# from the sweep: phase claims_assistant held 64"),
+        "{t}"
+    );
+    let v = std::fs::read_to_string(&values).unwrap();
+    assert!(
+        v.contains("seriesQuery: vllm:kv_cache_usage_perc{namespace=\"llm\",model_name!=\"\"}"),
+        "{v}"
+    );
+    // --adapter-values is only for the HPA.
+    let o = headroom(&[
+        "slo",
+        "autoscale",
+        "--adapter-values",
+        values.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+}
+
 #[test]
 fn budget_against_an_unreachable_prometheus_names_the_url() {
     let dir = tempfile::tempdir().unwrap();

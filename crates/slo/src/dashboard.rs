@@ -31,6 +31,8 @@ pub struct DashboardOptions {
     pub uid: String,
     /// Label carrying the model on vLLM series (`model_name`).
     pub class_label: String,
+    /// Matchers added to every engine query and variable (`namespace="llm"`, `job="vllm"`).
+    pub common: Vec<crate::promql::Matcher>,
 }
 
 impl Default for DashboardOptions {
@@ -39,6 +41,7 @@ impl Default for DashboardOptions {
             title: "Headroom: vLLM against its SLO".into(),
             uid: "headroom-vllm-slo".into(),
             class_label: "model_name".into(),
+            common: Vec::new(),
         }
     }
 }
@@ -157,7 +160,29 @@ pub fn dashboard(slo: &SloFile, opts: &DashboardOptions) -> Result<Rendered, Slo
             ),
         ));
     }
-    let s = format!("{}=~\"$model\",engine=~\"$engine\"", opts.class_label);
+    let scope: String = opts.common.iter().map(|m| format!("{m},")).collect();
+    let s = format!(
+        "{scope}{}=~\"$model\",engine=~\"$engine\"",
+        opts.class_label
+    );
+    let scope_sel = |extra: &str| {
+        let inner = format!("{scope}{extra}");
+        let inner = inner.trim_end_matches(',');
+        if inner.is_empty() {
+            String::new()
+        } else {
+            format!("{{{inner}}}")
+        }
+    };
+    let model_q = format!(
+        "label_values(vllm:num_requests_running{}, {})",
+        scope_sel(""),
+        opts.class_label
+    );
+    let engine_q = format!(
+        "label_values(vllm:num_requests_running{}, engine)",
+        scope_sel(&format!("{}=~\"$model\"", opts.class_label))
+    );
     let g = "instance=~\"$gpu_instance\"".to_string();
     let rate_of = |m: &str, extra: &str| format!("sum(rate({m}{{{s}{extra}}}[{R}]))");
     let mean = |m: &str| {
@@ -490,13 +515,13 @@ pub fn dashboard(slo: &SloFile, opts: &DashboardOptions) -> Result<Rendered, Slo
              "current": {}, "hide": 0, "refresh": 1},
             {"name": "model", "label": "Model", "type": "query",
              "datasource": {"type": "prometheus", "uid": "${datasource}"},
-             "query": {"query": format!("label_values(vllm:num_requests_running, {})", opts.class_label), "refId": "model"},
-             "definition": format!("label_values(vllm:num_requests_running, {})", opts.class_label),
+             "query": {"query": &model_q, "refId": "model"},
+             "definition": &model_q,
              "multi": true, "includeAll": true, "allValue": ".*", "refresh": 2, "current": {}},
             {"name": "engine", "label": "Engine", "type": "query",
              "datasource": {"type": "prometheus", "uid": "${datasource}"},
-             "query": {"query": format!("label_values(vllm:num_requests_running{{{}=~\"$model\"}}, engine)", opts.class_label), "refId": "engine"},
-             "definition": format!("label_values(vllm:num_requests_running{{{}=~\"$model\"}}, engine)", opts.class_label),
+             "query": {"query": &engine_q, "refId": "engine"},
+             "definition": &engine_q,
              "multi": true, "includeAll": true, "allValue": ".*", "refresh": 2, "current": {}},
             {"name": "gpu_instance", "label": "GPU exporter", "type": "query",
              "datasource": {"type": "prometheus", "uid": "${datasource}"},
@@ -626,6 +651,34 @@ mod tests {
             ttft["fieldConfig"]["defaults"]["thresholds"]["steps"][1]["value"],
             0.25
         );
+    }
+
+    /// `--namespace` / `--match` scope every engine query and the variables' label_values.
+    #[test]
+    fn common_matchers_scope_every_query() {
+        let f =
+            SloFile::parse(headroom_core::slo::DEFAULT_SLO_YAML, Path::new("slo.yaml")).unwrap();
+        let o = DashboardOptions {
+            common: vec![crate::promql::Matcher::eq("namespace", "llm")],
+            ..Default::default()
+        };
+        let text = dashboard(&f, &o).unwrap().text;
+        assert!(
+            text.contains(
+                "label_values(vllm:num_requests_running{namespace=\\\"llm\\\"}, model_name)"
+            ),
+            "{text}"
+        );
+        assert!(text.matches("\"expr\"").count() > 10, "{text}");
+        let unscoped = text
+            .lines()
+            .filter(|l| {
+                l.contains("\"expr\"")
+                    && l.contains("vllm:")
+                    && !l.contains("namespace=\\\"llm\\\"")
+            })
+            .collect::<Vec<_>>();
+        assert!(unscoped.is_empty(), "{unscoped:#?}");
     }
 
     #[test]

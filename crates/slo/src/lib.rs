@@ -44,7 +44,7 @@ pub mod rules;
 pub mod sli;
 pub mod tiers;
 
-pub use autoscale::{AutoscaleOptions, autoscale};
+pub use autoscale::{Autoscale, AutoscaleKind, AutoscaleOptions, autoscale};
 pub use budget::{BudgetOptions, BudgetStatus, Decision, budget_report, budget_status};
 pub use dashboard::{DashboardOptions, dashboard};
 pub use openslo::{ImportOptions, import_openslo, to_slo_yaml};

@@ -736,6 +736,31 @@ mod tests {
         SloFile::parse(t, Path::new("slo.yaml")).unwrap()
     }
 
+    /// A `"*"` block beside classes `chat` and `rag` once became a catch-all class whose
+    /// `absent(headroom_gateway_requests_total{class!~"chat|rag"})` fired forever: it is the
+    /// classes' defaults, so no rule selects "every other class".
+    #[test]
+    fn the_default_block_is_no_catch_all_class() {
+        let f = slo(
+            "objectives:\n  \"*\": {ttft: {p95: 250ms}, error_rate: 1%}\n  chat: {}\n  rag: {ttft: {p95: 1s}}\n",
+        );
+        let opts = RulesOptions {
+            sli: SliOptions {
+                latency_source: crate::LatencySource::Gateway,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let r = rules(&f, &opts).unwrap();
+        assert!(!r.text.contains("!~\"chat|rag\""), "{}", r.text);
+        assert!(
+            !r.text.contains("slo_class: '*'") && !r.text.contains("default class"),
+            "{}",
+            r.text
+        );
+        assert!(r.text.contains("class=\"chat\"") && r.text.contains("class=\"rag\""));
+    }
+
     #[test]
     fn four_tiers_per_objective_with_workbook_thresholds() {
         let f = slo("objectives:\n  chat: {ttft: {p95: 250ms}, error_rate: 0.5%}\n");

@@ -267,8 +267,11 @@ impl Sli {
     }
 }
 
-/// The classes to generate for: the named ones, then `"*"` if the file has it, filtered by
-/// `opts.classes`.
+/// The classes to generate for, filtered by `opts.classes`: the named ones; `"*"` only when the
+/// file names no class (the built-in SLO), where it stands for all traffic. Beside named classes
+/// a `"*"` block sets their defaults and is no class of its own: as a catch-all it selected
+/// `class!~"chat|rag"`, traffic that often does not exist, and its missing-series alert fired
+/// forever.
 ///
 /// # Errors
 /// [`SloError::UnknownClass`] for a class in `opts.classes` or `opts.selectors.overrides` that
@@ -291,13 +294,22 @@ pub fn classes(slo: &SloFile, opts: &SliOptions) -> Result<Vec<String>, SloError
         }
     }
     let mut order: Vec<String> = slo.named_classes().map(String::from).collect();
-    if slo.objectives.contains_key("*") {
+    if order.is_empty() && slo.objectives.contains_key("*") {
         order.push("*".into());
     }
     match &opts.classes {
         None => Ok(order),
         Some(want) => {
             for c in want {
+                if c == "*" && !order.iter().any(|o| o == "*") {
+                    return Err(SloError::invalid(
+                        "classes",
+                        format!(
+                            "`*` sets the defaults of the named classes ({}) and is not a class of its own; name one of them",
+                            order.join(", ")
+                        ),
+                    ));
+                }
                 if !all.contains(c) {
                     return Err(SloError::UnknownClass {
                         field: "classes".into(),
@@ -721,11 +733,23 @@ mod tests {
             "classes: unknown class `chta`; the SLO file defines `*`, `chat`, `rag.v2`"
         );
         let (s, _) = resolve(&f, &SliOptions::default()).unwrap();
-        // chat: ttft + inherited error rate; rag.v2: same; "*": error rate.
-        assert_eq!(s.len(), 5);
+        // chat: ttft + inherited error rate; rag.v2: same; "*" is their defaults, no class.
+        assert_eq!(s.len(), 4);
+        assert!(s.iter().all(|x| x.class != "*"), "{s:?}");
         assert_eq!(s[1].field, "objectives.*.error_rate");
         assert_eq!(s[1].budget, 0.01);
         assert_eq!(s[1].target, 0.99);
+        let star = SliOptions {
+            classes: Some(vec!["*".into()]),
+            ..Default::default()
+        };
+        let e = resolve(&f, &star).unwrap_err().to_string();
+        assert!(e.contains("not a class of its own"), "{e}");
+        // Alone, "*" is all traffic (the built-in SLO): one class, no class matcher.
+        let only = slo("objectives:\n  \"*\": {error_rate: 1%}\n");
+        let (s, _) = resolve(&only, &SliOptions::default()).unwrap();
+        assert_eq!(s.len(), 1);
+        assert!(matches!(&s[0].source, SliSource::Errors { selector, .. } if selector.is_empty()));
     }
 
     #[test]
