@@ -405,12 +405,13 @@ pub struct LatencyComparison {
     pub before_s: f64,
     /// Candidate percentile, seconds.
     pub after_s: f64,
-    /// Confidence interval of `after − before`, seconds.
+    /// Confidence interval of `after − before`, seconds; a side the samples cannot bound is
+    /// infinite (`null` in JSON).
     pub diff_ci_s: (f64, f64),
     /// The baseline's percentile interval (order statistics, each run's share of the
     /// confidence), seconds.
     pub before_ci_s: (f64, f64),
-    /// The candidate's percentile interval, seconds.
+    /// The candidate's percentile interval, seconds (upper side `null` in JSON when unbounded).
     pub after_ci_s: (f64, f64),
     /// Confidence of that interval (0.95, or more when split over several gated comparisons).
     pub confidence: f64,
