@@ -149,10 +149,86 @@ fn scope(matchers: &[String], namespace: Option<&str>) -> Result<Vec<Matcher>> {
     Ok(common)
 }
 
+/// Binding the output to what exists (rules, dashboard, autoscale).
+#[derive(Debug, Args)]
+struct CheckArgs {
+    /// Query this Prometheus for every selector the output uses; one that matches no series is
+    /// an error naming the served models, `job`s, namespaces and gateway classes it holds.
+    #[arg(long, value_name = "PROMETHEUS_URL")]
+    check_against: Option<String>,
+    /// OpenAI-compatible server (vLLM) whose `GET /v1/models` must list every class matched as
+    /// a served model name.
+    #[arg(long, value_name = "URL")]
+    target: Option<String>,
+}
+
+impl CheckArgs {
+    /// Checks `selectors` against `--check-against` and `classes` (matched as `class_label`
+    /// values when `by_model`) against `--target`'s served models; without either flag, a
+    /// warning when classes are matched as served model names, which nothing has verified.
+    async fn check(
+        &self,
+        selectors: &[String],
+        class_label: &str,
+        classes: &[String],
+        by_model: bool,
+        warnings: &mut Vec<String>,
+    ) -> Result<()> {
+        let named: Vec<String> = classes.iter().filter(|c| *c != "*").cloned().collect();
+        if let Some(url) = &self.target
+            && by_model
+        {
+            let t = headroom_load::client::Target::new(url, None, None)
+                .map_err(|e| anyhow!("--target {url}: {e}"))?;
+            let (status, body) = t
+                .get("/v1/models", 1 << 20)
+                .await
+                .map_err(|e| anyhow!("--target {url}: GET /v1/models: {e}"))?;
+            let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+                anyhow!("--target {url}: GET /v1/models ({status}) is not JSON: {e}")
+            })?;
+            let served: Vec<String> = v["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m["id"].as_str().map(String::from))
+                .collect();
+            let missing = headroom_slo::check::unserved(&named, &served);
+            if !missing.is_empty() {
+                return Err(anyhow!(
+                    "--target {url} serves {}; class(es) {} of slo.yaml are no served model, so {class_label}=\"<class>\" matches nothing. Classes are not model names: name a class after the model it runs on, pass --class-label for a label your scrape config adds, or classify requests with the Headroom gateway and use --latency-source gateway",
+                    if served.is_empty() {
+                        "no model".to_string()
+                    } else {
+                        served.join(", ")
+                    },
+                    missing.join(", ")
+                ));
+            }
+        }
+        if let Some(url) = &self.check_against {
+            let prom = headroom_slo::prom_api::PromClient::new(url, Duration::from_secs(30))
+                .map_err(|e| anyhow!("--check-against: {e}"))?;
+            headroom_slo::check::check_selectors(&prom, selectors, class_label)
+                .await
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        if self.check_against.is_none() && self.target.is_none() && by_model && !named.is_empty() {
+            warnings.push(format!(
+                "class(es) {} are matched as {class_label}=\"<class>\" on vLLM's series, which carry the served model name, not a request class: unless these are your served model names the output matches nothing. Check with --target URL (its /v1/models) or --check-against PROMETHEUS_URL; map classes with --class-label, or classify at the Headroom gateway (--latency-source gateway)",
+                named.join(", ")
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Args)]
 struct RulesArgs {
     #[command(flatten)]
     io: IoArgs,
+    #[command(flatten)]
+    check: CheckArgs,
     #[command(flatten)]
     sli: SliArgs,
     /// Refuse (instead of skipping with a warning) when a burn-rate tier can never fire
@@ -183,6 +259,8 @@ struct RulesArgs {
 struct DashboardArgs {
     #[command(flatten)]
     io: IoArgs,
+    #[command(flatten)]
+    check: CheckArgs,
     /// Dashboard title.
     #[arg(long)]
     title: Option<String>,
@@ -213,6 +291,8 @@ enum KindArg {
 struct AutoscaleArgs {
     #[command(flatten)]
     io: IoArgs,
+    #[command(flatten)]
+    check: CheckArgs,
     /// Label carrying the class on engine series.
     #[arg(long, default_value = "model_name")]
     class_label: String,
@@ -436,6 +516,22 @@ pub async fn run(a: SloArgs) -> Result<i32> {
             };
             let mut out = headroom_slo::rules(&slo, &opts).map_err(|e| named(&origin, e))?;
             add_note(&mut out, note);
+            let (slis, _) =
+                headroom_slo::sli::resolve(&slo, &opts.sli).map_err(|e| named(&origin, e))?;
+            let selectors: Vec<String> = slis.iter().map(|s| s.total_series()).collect();
+            let classes =
+                headroom_slo::sli::classes(&slo, &opts.sli).map_err(|e| named(&origin, e))?;
+            let by_model =
+                opts.sli.latency_source == LatencySource::Vllm && r.sli.class_label == "model_name";
+            r.check
+                .check(
+                    &selectors,
+                    &r.sli.class_label,
+                    &classes,
+                    by_model,
+                    &mut out.warnings,
+                )
+                .await?;
             emit(out, r.io.out.as_deref())?;
         }
         SloCommand::Dashboard(d) => {
@@ -447,7 +543,16 @@ pub async fn run(a: SloArgs) -> Result<i32> {
                 class_label: d.class_label.clone(),
                 common: scope(&d.matchers, d.namespace.as_deref())?,
             };
-            let out = headroom_slo::dashboard(&slo, &opts).map_err(|e| named(&origin, e))?;
+            let mut out = headroom_slo::dashboard(&slo, &opts).map_err(|e| named(&origin, e))?;
+            // Every panel reads the engine's series under the common matchers; the variables
+            // pick the models and engines that exist.
+            let selectors = [headroom_slo::promql::selector(
+                headroom_slo::catalogue::VLLM_NUM_REQUESTS_RUNNING,
+                &opts.common,
+            )];
+            d.check
+                .check(&selectors, &d.class_label, &[], false, &mut out.warnings)
+                .await?;
             emit(out, d.io.out.as_deref())?;
         }
         SloCommand::Autoscale(s) => {
@@ -505,6 +610,21 @@ pub async fn run(a: SloArgs) -> Result<i32> {
             }
             let out = headroom_slo::autoscale(&slo, &opts).map_err(|e| named(&origin, e))?;
             let mut objects = out.objects;
+            let classes: Vec<String> = match &opts.class {
+                Some(c) => vec![c.clone()],
+                None => {
+                    headroom_slo::sli::classes(&slo, &opts.sli).map_err(|e| named(&origin, e))?
+                }
+            };
+            s.check
+                .check(
+                    &out.selectors,
+                    &s.class_label,
+                    &classes,
+                    s.class_label == "model_name",
+                    &mut objects.warnings,
+                )
+                .await?;
             // The sweep's reading goes into the file, as comments, and to stderr.
             let comments: String = notes.iter().map(|n| format!("# {n}\n")).collect();
             objects.text = comments + &objects.text;

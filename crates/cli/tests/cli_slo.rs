@@ -516,3 +516,130 @@ fn refusals_point_at_the_key_in_the_file() {
         "{e}"
     );
 }
+
+/// A stand-in for Prometheus (`POST /api/v1/query`) and vLLM (`GET /v1/models`) serving one
+/// model, `llama`, with vLLM series only for it: `count(sel)` is empty when `sel` names
+/// another model.
+fn fake_prometheus_and_vllm() -> u16 {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let mut r = BufReader::new(c.try_clone().unwrap());
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            let mut len = 0;
+            loop {
+                let mut h = String::new();
+                r.read_line(&mut h).unwrap();
+                if h.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            // The form-encoded query, matched as sent (`count by (job)` is `count%20by%20%28job%29`).
+            let q = String::from_utf8(body).unwrap();
+            let sample = |labels: &str| {
+                format!(
+                    r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{{labels}}},"value":[1,"1"]}}]}}}}"#
+                )
+            };
+            let empty = r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
+            let answer = if line.starts_with("GET /v1/models") {
+                r#"{"object":"list","data":[{"id":"llama","object":"model"}]}"#.to_string()
+            } else if q.contains("count%20by%20%28model_name%29") {
+                sample(r#""model_name":"llama""#)
+            } else if q.contains("count%20by%20%28job%29") {
+                sample(r#""job":"vllm""#)
+            } else if q.contains("count%20by") {
+                empty.to_string()
+            } else if q.contains("model_name%3D%22llama%22") {
+                sample("")
+            } else {
+                empty.to_string()
+            };
+            let _ = write!(
+                c,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    port
+}
+
+/// Classes `chat` and `rag` on a server that serves `llama`: without a check the commands warn
+/// that classes are matched as served model names; `--target` names the served models and
+/// `--check-against` the selectors that match nothing and what the Prometheus holds; a class
+/// named after the served model passes both.
+#[test]
+fn outputs_are_checked_against_what_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let slo = write(
+        dir.path(),
+        "slo.yaml",
+        "objectives:\n  \"*\": {ttft: {p95: 250ms}, error_rate: 1%}\n  chat: {}\n  rag: {ttft: {p95: 1s}}\n",
+    );
+    let slo = slo.to_str().unwrap();
+    let o = headroom(&["slo", "rules", "--slo", slo]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("class(es) chat, rag are matched as model_name=\"<class>\""),
+        "{}",
+        stderr(&o)
+    );
+    let url = format!("http://127.0.0.1:{}", fake_prometheus_and_vllm());
+    let o = headroom(&["slo", "rules", "--slo", slo, "--target", &url]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("serves llama; class(es) chat, rag"),
+        "{}",
+        stderr(&o)
+    );
+    for cmd in [
+        vec!["slo", "rules", "--slo", slo, "--check-against", &url],
+        vec![
+            "slo",
+            "autoscale",
+            "--slo",
+            slo,
+            "--class",
+            "chat",
+            "--check-against",
+            &url,
+        ],
+    ] {
+        let o = headroom(&cmd);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stdout(&o));
+        let e = stderr(&o);
+        assert!(e.contains("match no series in Prometheus"), "{e}");
+        assert!(e.contains("model_name=\"chat\""), "{e}");
+        assert!(e.contains("served models): llama; job: vllm"), "{e}");
+    }
+    let ok = write(
+        dir.path(),
+        "ok.yaml",
+        "objectives:\n  llama: {ttft: {p95: 250ms}, error_rate: 1%}\n",
+    );
+    let ok = ok.to_str().unwrap();
+    for cmd in ["rules", "autoscale"] {
+        let o = headroom(&[
+            "slo",
+            cmd,
+            "--slo",
+            ok,
+            "--check-against",
+            &url,
+            "--target",
+            &url,
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{cmd}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("matched as"), "{}", stderr(&o));
+    }
+}

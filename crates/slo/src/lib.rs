@@ -36,6 +36,7 @@
 pub mod autoscale;
 pub mod budget;
 pub mod catalogue;
+pub mod check;
 pub mod dashboard;
 pub mod openslo;
 pub mod prom_api;
