@@ -45,7 +45,13 @@ pub enum Finish {
 pub struct SseScanner {
     carry: Vec<u8>,
     after_cr: bool,
+    /// Inside a line longer than [`MAX_LINE`]: its bytes are skipped up to its end, so no part
+    /// of it is read as a line of its own.
+    discarding: bool,
 }
+
+/// The longest line kept for measurement, bytes; a longer one is not SSE and is skipped whole.
+const MAX_LINE: usize = 1 << 20;
 
 impl SseScanner {
     /// A scanner with an empty carry buffer.
@@ -62,13 +68,23 @@ impl SseScanner {
                 bytes = rest;
             }
         }
+        if self.discarding {
+            match line_end(bytes) {
+                None => return,
+                Some((_, next)) => {
+                    self.discarding = false;
+                    bytes = self.advance(bytes, next);
+                }
+            }
+        }
         if !self.carry.is_empty() {
             match line_end(bytes) {
                 None => {
                     self.carry.extend_from_slice(bytes);
-                    // An endless line is not SSE; stop buffering it.
-                    if self.carry.len() > 1 << 20 {
+                    // An endless line is not SSE; stop buffering it, and skip the rest of it.
+                    if self.carry.len() > MAX_LINE {
                         self.carry.clear();
+                        self.discarding = true;
                     }
                     return;
                 }
@@ -84,7 +100,11 @@ impl SseScanner {
             line_event(&bytes[..i], on);
             bytes = self.advance(bytes, next);
         }
-        self.carry.extend_from_slice(bytes);
+        if bytes.len() > MAX_LINE {
+            self.discarding = true;
+        } else {
+            self.carry.extend_from_slice(bytes);
+        }
     }
 
     /// The rest after a line end found at `next` (the index after it; `None` = a CR ending
@@ -99,8 +119,9 @@ impl SseScanner {
         }
     }
 
-    /// Ends the stream: a last line without a line end still counts.
+    /// Ends the stream: a last line without a line end still counts (one being skipped does not).
     pub fn finish(&mut self, on: &mut impl FnMut(EventInfo)) {
+        self.discarding = false;
         let line = std::mem::take(&mut self.carry);
         if !line.is_empty() {
             line_event(&line, on);
@@ -280,6 +301,41 @@ impl<'de> Deserialize<'de> for FinishField {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line longer than MAX_LINE is skipped whole, however it is framed: a `data:` event in
+    /// its tail is no event (a hostile upstream could otherwise inject one the proxy counts),
+    /// and the lines after it are read again.
+    #[test]
+    fn an_overlong_line_is_skipped_to_its_end() {
+        let chunk = br#"data: {"choices":[{"text":"a"}]}"#;
+        let mut stream = Vec::new();
+        stream.extend_from_slice(b"x");
+        stream.extend(std::iter::repeat_n(b'y', MAX_LINE + 10));
+        // The tail of the overlong line looks like an event.
+        stream.extend_from_slice(chunk);
+        stream.extend_from_slice(b"\n\n");
+        stream.extend_from_slice(chunk);
+        stream.extend_from_slice(b"\n\ndata: [DONE]\n\n");
+        for split in [7, 4096, 65_536, MAX_LINE + 3, stream.len()] {
+            let (content, _, _, done) = scan(&stream, split);
+            assert_eq!(content, 1, "split {split}");
+            assert!(done, "split {split}");
+        }
+        // Framed so that the buffer gives up exactly before a frame that starts like an event.
+        let mut s = SseScanner::new();
+        let mut events = 0;
+        let mut on = |e: EventInfo| events += usize::from(e.content);
+        let mut first = b"x".to_vec();
+        first.extend(std::iter::repeat_n(b'y', MAX_LINE));
+        s.feed(&first, &mut on);
+        s.feed(b"yy", &mut on);
+        let mut tail = chunk.to_vec();
+        tail.extend_from_slice(b"\n\n");
+        s.feed(&tail, &mut on);
+        s.feed(&tail, &mut on);
+        s.finish(&mut on);
+        assert_eq!(events, 1);
+    }
 
     fn fixture(name: &str) -> Vec<u8> {
         let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
