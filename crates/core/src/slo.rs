@@ -9,7 +9,7 @@
 //!     error_rate: 0.5%         # errors + aborts over all finished requests
 //!   long_context:
 //!     ttft: {p95: 2s}
-//! budget: {window: 30d, target: 99%, freeze_at: 50%}
+//! budget: {window: 30d, freeze_at: 50%}
 //! ```
 //!
 //! Durations accept `ns`, `us`, `ms`, `s`, `m`; ratios accept `0.5%` or `0.005`. Percentiles are
@@ -79,16 +79,24 @@ pub struct SloSpec {
     pub objectives: Vec<Objective>,
 }
 
-/// Error-budget policy (SRE Workbook ch. 5): a `target` share of requests must meet every
-/// objective over `window`; past `freeze_at` of the budget consumed, freeze non-essential tuning.
+/// Error-budget policy (SRE Workbook ch. 5): the budget of each objective is spent over
+/// `window`; past `freeze_at` of it consumed, freeze non-essential tuning. Each objective carries
+/// its own target (p95 → 95 % of requests within the threshold; `error_rate: 0.5%` → 99.5 %
+/// good), so `target` is optional and enters no computation (the `slo` commands say so when a
+/// file sets it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetPolicy {
     /// Rolling window, e.g. `30d` (kept as written; Prometheus syntax).
     pub window: String,
-    /// Target as a ratio 0–1 (written `99%` or `0.99`), strictly below 1.
-    #[serde(deserialize_with = "de_ratio")]
-    pub target: f64,
+    /// Overall target as a ratio 0–1 (written `99%` or `0.99`), strictly below 1; optional and
+    /// informational (OpenSLO imports keep a time-slice target here).
+    #[serde(
+        default,
+        deserialize_with = "de_opt_ratio",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub target: Option<f64>,
     /// Consumed share of the budget (0–1) at which tuning freezes.
     #[serde(deserialize_with = "de_ratio", default = "default_freeze")]
     pub freeze_at: f64,
@@ -228,21 +236,23 @@ impl SloFile {
             }
         }
         if let Some(b) = &self.budget {
-            if b.target >= 1.0 {
+            if let Some(t) = b.target
+                && t >= 1.0
+            {
                 return Err(err(
                     "budget.target",
                     format!(
-                        "budget.target: {} is 100 % or more; a 100 % target leaves no error budget",
-                        b.target
+                        "budget.target: {t} is 100 % or more; a 100 % target leaves no error budget"
                     ),
                 ));
             }
-            if b.target <= 0.0 {
+            if let Some(t) = b.target
+                && t <= 0.0
+            {
                 return Err(err(
                     "budget.target",
                     format!(
-                        "budget.target: {} is 0 % or less; expected a share of good requests such as 99%",
-                        b.target
+                        "budget.target: {t} is 0 % or less; expected a share of good requests such as 99%"
                     ),
                 ));
             }
@@ -472,7 +482,7 @@ pub const DEFAULT_SLO_YAML: &str = "objectives:
     itl: {p95: 50ms}
     queue_time: {p95: 300ms}
     error_rate: 0.5%
-budget: {window: 30d, target: 99%, freeze_at: 50%}
+budget: {window: 30d, freeze_at: 50%}
 ";
 
 #[cfg(test)]
@@ -510,7 +520,7 @@ mod tests {
         );
         assert_eq!(s.objectives[0].id(), "ttft_p95");
         assert_eq!(s.objectives[0].describe(), "TTFT p95 < 300 ms");
-        assert_eq!(f.budget.unwrap().target, 0.99);
+        assert_eq!(f.budget.unwrap().target, None);
     }
 
     #[test]

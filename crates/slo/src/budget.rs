@@ -390,10 +390,10 @@ pub async fn budget_report(
 /// threshold, `error_rate: 0.5%` → 99.5 % of requests good), and a reader seeing targets of
 /// 95 % and 99.5 % beside a file that says 99 % deserves to know why.
 pub fn unused_target_note(slo: &SloFile) -> Option<String> {
-    let b = slo.budget.as_ref()?;
+    let target = slo.budget.as_ref()?.target?;
     Some(format!(
-        "budget.target ({} %) is not used: each objective carries its own target (a p95 latency objective: 95 % of requests within its threshold; error_rate 0.5 %: 99.5 % of requests good); budget.window and budget.freeze_at apply",
-        fmt_float((b.target * 1e4).round() / 100.0)
+        "budget.target ({} %) is not used: each objective carries its own target (a p95 latency objective: 95 % of requests within its threshold; error_rate 0.5 %: 99.5 % of requests good); budget.window and budget.freeze_at apply; budget.target is optional, so remove it to silence this",
+        fmt_float((target * 1e4).round() / 100.0)
     ))
 }
 
@@ -637,6 +637,16 @@ mod tests {
             unused_target_note(&f("objectives:\n  \"*\": {error_rate: 1%}\n")),
             None
         );
+        // Every slo command once warned about the built-in SLO's and the README's own
+        // budget.target: neither sets one now (it is optional), so neither is warned about.
+        assert_eq!(
+            unused_target_note(&f(headroom_core::slo::DEFAULT_SLO_YAML)),
+            None
+        );
+        let readme = include_str!("../../../README.md");
+        let example = readme.lines().find(|l| l.starts_with("budget: {")).unwrap();
+        let text = format!("objectives:\n  \"*\": {{error_rate: 1%}}\n{example}\n");
+        assert_eq!(unused_target_note(&f(&text)), None, "{example}");
     }
 
     fn tiers30() -> Vec<BurnTier> {

@@ -761,24 +761,12 @@ pub fn import_openslo(
         return Err(SloError::invalid("openslo", "no document of kind SLO"));
     }
     // Ratio objectives carry their own targets; budget.target only records the threshold
-    // metrics' time-slice target, else the strictest objective target.
-    let strictest = classes
-        .values()
-        .flat_map(|c| {
-            let mut v: Vec<f64> = [&c.ttft, &c.itl, &c.tpot, &c.e2e, &c.queue_time]
-                .iter()
-                .flat_map(|m| m.keys().map(|k| k.value() / 100.0))
-                .collect();
-            v.extend(c.error_rate.map(|r| 1.0 - r));
-            v
-        })
-        .fold(0.0_f64, f64::max);
-    let target = budget_target.unwrap_or(strictest);
+    // metrics' time-slice target (else there is none: it would enter no computation).
     let file = SloFile {
         objectives: classes,
         budget: Some(headroom_core::slo::BudgetPolicy {
             window: window.unwrap_or_else(|| "30d".into()),
-            target: crate::promql::clean(target),
+            target: budget_target.map(crate::promql::clean),
             freeze_at: opts.freeze_at,
         }),
     };
@@ -1095,10 +1083,13 @@ pub fn to_slo_yaml(f: &SloFile) -> String {
         }
     }
     if let Some(b) = &f.budget {
+        let target = b
+            .target
+            .map(|t| format!(", target: {}%", fmt_float(t * 100.0)))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "budget: {{window: {}, target: {}%, freeze_at: {}%}}\n",
+            "budget: {{window: {}{target}, freeze_at: {}%}}\n",
             b.window,
-            fmt_float(b.target * 100.0),
             fmt_float(b.freeze_at * 100.0)
         ));
     }
@@ -1209,7 +1200,7 @@ spec:
         );
         let b = f.budget.clone().unwrap();
         assert_eq!(b.window, "28d");
-        assert_eq!(b.target, 0.99);
+        assert_eq!(b.target, Some(0.99));
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].starts_with("openslo[2].spec.objectives[0]: the target 0.99"));
         // The written file reads back to the same value.
