@@ -4,18 +4,8 @@
 # ASGI_HOME/venv (default ~/.cache/headroom-asgi) once; a change of the pins below reinstalls.
 # Prints the venv's python on success. Needs python3 (3.9+) with the venv module.
 set -euo pipefail
+# shellcheck source=../lib/venv.sh
+. "$(dirname "$0")/../lib/venv.sh"
 ASGI_HOME=${HEADROOM_ASGI_HOME:-$HOME/.cache/headroom-asgi}
-PINS="uvicorn==0.54.0 starlette==1.10.0"
-PY=$ASGI_HOME/venv/bin/python
-STAMP=$ASGI_HOME/venv/.headroom-stamp
-if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$PINS" ]; then
-  echo "asgi setup: installing $PINS into $ASGI_HOME/venv" >&2
-  rm -rf "$ASGI_HOME/venv"
-  mkdir -p "$ASGI_HOME"
-  python3 -m venv "$ASGI_HOME/venv"
-  # shellcheck disable=SC2086 # PINS is a list of requirements
-  "$PY" -m pip install -q --disable-pip-version-check $PINS
-  "$PY" -c 'import uvicorn, starlette' 
-  echo "$PINS" > "$STAMP"
-fi
-echo "$PY"
+pinned_venv asgi "$ASGI_HOME" "uvicorn==0.54.0 starlette==1.10.0" python -c 'import uvicorn, starlette'
+echo "$ASGI_HOME/venv/bin/python"

@@ -643,3 +643,70 @@ fn outputs_are_checked_against_what_exists() {
         assert!(!stderr(&o).contains("matched as"), "{}", stderr(&o));
     }
 }
+
+/// The Kubernetes schema validator of `scripts/k8s-validate/setup.sh` (`HEADROOM_K8S_VALIDATE`
+/// names another); `None`, loudly, when it is not installed, and a failure instead with
+/// `HEADROOM_REQUIRE_K8S_VALIDATE=1` (set by `scripts/test` once the setup succeeded).
+fn k8s_validator() -> Option<PathBuf> {
+    let bin = std::env::var_os("HEADROOM_K8S_VALIDATE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| {
+                PathBuf::from(h).join(".cache/headroom-k8s-validate/venv/bin/kubernetes-validate")
+            })
+        })
+        .filter(|p| p.is_file());
+    if bin.is_none() {
+        assert!(
+            std::env::var("HEADROOM_REQUIRE_K8S_VALIDATE")
+                .ok()
+                .is_none_or(|v| v != "1"),
+            "HEADROOM_REQUIRE_K8S_VALIDATE=1 but no validator; run scripts/k8s-validate/setup.sh"
+        );
+        eprintln!(
+            "SKIPPED: kubernetes-validate not installed (scripts/k8s-validate/setup.sh installs it)"
+        );
+    }
+    bin
+}
+
+/// What `slo autoscale --kind hpa` writes passes the Kubernetes schema in strict mode (no
+/// unknown field), scoped or not; the adapter values are a file of their own, not an object in
+/// the stream (`kubectl apply` once failed with "Object 'Kind' is missing").
+#[test]
+fn autoscale_hpa_passes_the_kubernetes_schema() {
+    let Some(validator) = k8s_validator() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for extra in [
+        &[][..],
+        &["--namespace", "llm", "--match", "job=~\"vllm|vllm-b\""][..],
+    ] {
+        let out = dir.path().join("hpa.yaml");
+        let values = dir.path().join("values.yaml");
+        let mut args = vec![
+            "slo",
+            "autoscale",
+            "--kind",
+            "hpa",
+            "--out",
+            out.to_str().unwrap(),
+            "--adapter-values",
+            values.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = headroom(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let v = Command::new(&validator)
+            .args(["--strict", out.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let said = format!("{}{}", stdout(&v), stderr(&v));
+        assert!(
+            v.status.success() && said.contains("passed"),
+            "{extra:?}: {said}"
+        );
+        assert!(!said.contains("WARN") && !said.contains("ERROR"), "{said}");
+    }
+}
