@@ -392,6 +392,63 @@ pub fn quantile_rank_interval(n: u64, p: f64, alpha: f64) -> (f64, Option<f64>) 
     (lo, k.filter(|k| *k <= n).map(|k| k as f64 / nf))
 }
 
+/// The engine's own figures for a client-side signal at a percentile, as the server view names
+/// them (`server_ttft_p95_s`, or `server_itl_p95_upper_bound_s` for a first-bucket bound);
+/// `None` where it has none.
+fn engine_figure(signal: LatencySignal, pct: f64) -> Option<[String; 2]> {
+    let p = headroom_core::slo::fmt_num(pct);
+    let name = match signal {
+        LatencySignal::Ttft => "ttft",
+        LatencySignal::Itl => "itl",
+        _ => return None,
+    };
+    // Interpolated, or only an upper bound when the percentile fell in the first bucket.
+    Some([
+        format!("server_{name}_p{p}_s"),
+        format!("server_{name}_p{p}_upper_bound_s"),
+    ])
+}
+
+/// Newcombe's hybrid score interval (1998, method 10) for `b/n − a/m` at two-sided confidence
+/// `1 − alpha`, from the two Wilson intervals.
+fn share_difference(a: u64, m: u64, b: u64, n: u64, alpha: f64) -> (f64, f64) {
+    let z = z_for(1.0 - alpha);
+    let (p1, p2) = (a as f64 / m as f64, b as f64 / n as f64);
+    let (l1, u1) = headroom_core::stats::wilson_interval(a, m, z);
+    let (l2, u2) = headroom_core::stats::wilson_interval(b, n, z);
+    let d = p2 - p1;
+    (
+        d - ((p2 - l2).powi(2) + (u1 - p1).powi(2)).sqrt(),
+        d + ((u2 - p2).powi(2) + (p1 - l1).powi(2)).sqrt(),
+    )
+}
+
+/// Normal quantile of a two-sided interval of confidence `level` (0.95 → 1.96), by bisection on
+/// the complementary error function.
+fn z_for(level: f64) -> f64 {
+    let tail = (1.0 - level) / 2.0;
+    let (mut lo, mut hi) = (0.0f64, 10.0f64);
+    for _ in 0..100 {
+        let mid = (lo + hi) / 2.0;
+        if upper_tail(mid) > tail {
+            lo = mid
+        } else {
+            hi = mid
+        }
+    }
+    (lo + hi) / 2.0
+}
+
+/// P(Z > x) for a standard normal (Abramowitz & Stegun 7.1.26, |error| < 1.5·10⁻⁷).
+fn upper_tail(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x / std::f64::consts::SQRT_2);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    0.5 * poly * (-(x * x) / 2.0).exp()
+}
+
 /// One latency objective at one level, before and after.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LatencyComparison {
@@ -421,6 +478,19 @@ pub struct LatencyComparison {
     pub verdicts: (Verdict, Verdict),
     /// The gate's allowed increase, seconds, when one was set for this objective.
     pub allowed_increase_s: Option<f64>,
+    /// Confidence interval (same confidence) of the change in the share of samples above the
+    /// threshold, `after − before`, from each sweep's count (Newcombe's hybrid score interval
+    /// of two Wilson intervals; Newcombe 1998, method 10): what the SLO itself counts, and
+    /// decisive with far fewer samples than a percentile's bounds.
+    pub share_diff_ci: Option<(f64, f64)>,
+    /// The engine's own percentile of the same signal (`server_ttft_p95_s`,
+    /// `server_itl_p95_upper_bound_s`), after − before, seconds, where both runs have it. A
+    /// client-side increase the engine does not show lies outside the engine (the load host, the
+    /// network): not a regression of the server's change.
+    pub engine_delta_s: Option<f64>,
+    /// Why the change reads as it does, when it is not plain (an unbounded interval, a change
+    /// outside the engine).
+    pub note: Option<String>,
     /// The decision against the allowed increase (0 when none was set).
     pub change: Change,
     /// With the baseline swept with `--repeat`: the lowest and highest percentile its repeats
@@ -441,7 +511,7 @@ impl LatencyComparison {
     /// it, or, without repeats, how much of the difference noise alone could explain (the
     /// interval's half-width).
     pub fn noise_words(&self) -> String {
-        match (self.noise_floor_s, self.beyond_noise_floor()) {
+        let words = match (self.noise_floor_s, self.beyond_noise_floor()) {
             (Some((lo, hi)), Some(beyond)) => format!(
                 "baseline repeats {} … {} (noise floor {}): the difference {} it",
                 fmt_s(lo),
@@ -449,11 +519,30 @@ impl LatencyComparison {
                 fmt_s(hi - lo),
                 if beyond { "exceeds" } else { "is within" }
             ),
+            _ if !(self.diff_ci_s.1 - self.diff_ci_s.0).is_finite() => {
+                "too few samples to bound the difference in this percentile".to_string()
+            }
             _ => format!(
                 "noise alone could explain ±{}",
                 fmt_s((self.diff_ci_s.1 - self.diff_ci_s.0) / 2.0)
             ),
-        }
+        };
+        let share = self
+            .share_diff_ci
+            .map(|(lo, hi)| {
+                format!(
+                    "; share above the threshold {:+.1} … {:+.1} points",
+                    lo * 100.0,
+                    hi * 100.0
+                )
+            })
+            .unwrap_or_default();
+        let note = self
+            .note
+            .as_ref()
+            .map(|n| format!("; {n}"))
+            .unwrap_or_default();
+        format!("{words}{share}{note}")
     }
 }
 
@@ -841,14 +930,62 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
                 let ci = (lb - ha, hb - la);
                 let allowed = gated_ids(&id).filter(|_| p.la.verdict == Verdict::Pass);
                 let allowed_s = allowed.map(|x| x.seconds(va));
-                let change = match allowed_s {
+                let share = |l: &LevelResult| {
+                    l.objectives
+                        .iter()
+                        .find(|o| o.id == id)
+                        .and_then(|o| o.share)
+                };
+                let share_diff_ci = match (share(p.la), share(p.lb)) {
+                    (Some(x), Some(y)) if x.n > 0 && y.n > 0 => {
+                        Some(share_difference(x.bad, x.n, y.bad, y.n, per_test))
+                    }
+                    _ => None,
+                };
+                let engine_delta_s = engine_figure(signal, pct).and_then(|names| {
+                    let get = |l: &LevelResult| {
+                        let f = &l.server.as_ref()?.figures;
+                        names.iter().find_map(|n| f.get(n).copied())
+                    };
+                    Some(get(p.lb)? - get(p.la)?)
+                });
+                let mut note = None;
+                let mut change = match allowed_s {
                     Some(d) if ci.0 > d => Change::Worse,
                     Some(d) if ci.1 <= d => Change::NoDetectableChange,
                     Some(_) => Change::Inconclusive,
-                    None if ci.0 > 0.0 => Change::Worse,
-                    None if ci.1 < 0.0 => Change::Better,
+                    None if ci.0 > 0.0 || share_diff_ci.is_some_and(|s| s.0 > 0.0) => Change::Worse,
+                    None if ci.1 < 0.0 || share_diff_ci.is_some_and(|s| s.1 < 0.0) => {
+                        Change::Better
+                    }
+                    None if !ci.0.is_finite() || !ci.1.is_finite() => {
+                        note = Some(format!(
+                            "{} and {} samples cannot bound a p{} at this confidence",
+                            na,
+                            nb,
+                            headroom_core::slo::fmt_num(pct)
+                        ));
+                        Change::Inconclusive
+                    }
                     None => Change::NoDetectableChange,
                 };
+                // A client-side increase the engine's own histogram does not show is the
+                // load host's or the network's, not the server change's: no regression.
+                if change == Change::Worse
+                    && let Some(e) = engine_delta_s
+                {
+                    let floor = allowed_s.unwrap_or(0.0).max(0.0);
+                    if e <= floor && ci.0.is_finite() && e < ci.0 / 2.0 {
+                        note = Some(format!(
+                            "the client saw {} … {}, the engine's own p{} moved {}: the change lies outside the engine (load host, network)",
+                            fmt_signed_s(ci.0),
+                            fmt_signed_s(ci.1),
+                            headroom_core::slo::fmt_num(pct),
+                            fmt_signed_s(e)
+                        ));
+                        change = Change::Inconclusive;
+                    }
+                }
                 let verdicts = (verdict(p.la), verdict(p.lb));
                 latency.push(LatencyComparison {
                     id,
@@ -863,6 +1000,9 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
                     samples: (na, nb),
                     verdicts,
                     allowed_increase_s: allowed_s,
+                    share_diff_ci,
+                    engine_delta_s,
+                    note,
                     change,
                     noise_floor_s: noise_floor(va, &repeats, &class, signal, pct),
                 });
@@ -915,9 +1055,25 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
             "--max-latency-increase names objectives no common passing level measured: the gate has nothing to judge".into(),
         );
     }
+    let any_repeats = a
+        .results
+        .phases
+        .iter()
+        .any(|p| p.levels.iter().any(|l| !l.repeats.is_empty()));
+    if !gate.max_latency_increase.is_empty() && !any_repeats {
+        warnings.push(
+            "the intervals cover each run's sampling noise, not how much two runs of one configuration differ on this host (a busy or shared host moves both the client's and the engine's figures between runs); sweep the baseline with --repeat 2 or more to measure that noise floor before gating on small increases".into(),
+        );
+    }
+    let missing_phases = unmatched.iter().any(|u| u.ends_with("(baseline only)"));
+    if missing_phases {
+        warnings.push(
+            "the candidate did not measure every phase the baseline did: what it left out cannot be promoted".into(),
+        );
+    }
     let decision = if any_worse {
         Decision::Regression
-    } else if any_unsure || capacity.is_empty() {
+    } else if any_unsure || capacity.is_empty() || missing_phases {
         Decision::Inconclusive
     } else {
         Decision::Promote
@@ -1231,6 +1387,16 @@ mod tests {
                 ("GPU (dcgm-exporter)", true)
             ]
         );
+    }
+
+    /// By hand (Newcombe 1998, table II, example a: 56/70 − 48/80 = 0.2, 95 % interval
+    /// 0.0524 … 0.3339): the hybrid score interval.
+    #[test]
+    fn share_difference_by_hand() {
+        let (lo, hi) = share_difference(48, 80, 56, 70, 0.05);
+        assert!((lo - 0.0524).abs() < 5e-4, "{lo}");
+        assert!((hi - 0.3339).abs() < 5e-4, "{hi}");
+        assert!((z_for(0.95) - 1.959_96).abs() < 1e-3);
     }
 
     #[test]
