@@ -604,9 +604,11 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     });
     eprintln!(
         "headroom: sweeping {} of {} at {}; run directory {}",
-        match plans.len() {
-            1 => "1 class".to_string(),
-            n => format!("{n} classes, then their mix"),
+        match (args.class.as_deref(), plans.len()) {
+            (Some("mix"), n) => format!("the mix of {n} classes"),
+            (Some(c), _) => format!("class {c} alone (--class)"),
+            (None, 1) => "1 class".to_string(),
+            (None, n) => format!("{n} classes, then their mix"),
         },
         info.model,
         redact_url(&base),

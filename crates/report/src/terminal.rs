@@ -22,6 +22,8 @@ pub fn render(run: &RunResult) -> String {
                         None => format!("≤ {} (borderline)", fmt_load(c, p.mode)),
                     }
                 }
+                // Nothing failed above it: the highest load tried, a lower bound.
+                (Some(c), _) if p.first_fail.is_none() => format!("≥ {}", fmt_load(c, p.mode)),
                 (Some(c), _) => fmt_load(c, p.mode),
                 (None, _) => "none passed".into(),
             };

@@ -1249,7 +1249,7 @@ pub fn render_text(c: &Comparison, markdown: bool) -> String {
     }
     h(&mut o, "What changed");
     if c.changes.is_empty() {
-        o.push_str("  nothing in the manifests (same engine, model, configuration, host)\n");
+        o.push_str("  nothing the manifests record differs (engine and its version, model, exposed configuration, GPU, host)\n");
     }
     for ch in &c.changes {
         o.push_str(&format!(
@@ -1265,13 +1265,14 @@ pub fn render_text(c: &Comparison, markdown: bool) -> String {
     }
     h(&mut o, "Capacity");
     for x in &c.capacity {
-        let cap = |v: Option<f64>| v.map_or("none passed".to_string(), f);
+        let unit = x.mode.unit();
+        let cap =
+            |v: Option<f64>| v.map_or("none passed".to_string(), |c| format!("{} {unit}", f(c)));
         o.push_str(&format!(
-            "  {}: {} → {} {} ({} → {}): {}\n",
+            "  {}: {} → {} ({} → {}): {}\n",
             x.phase,
             cap(x.before),
             cap(x.after),
-            x.mode.unit(),
             fmt_band(&x.before_band),
             fmt_band(&x.after_band),
             x.change.as_str()
@@ -1340,7 +1341,24 @@ pub fn render_text(c: &Comparison, markdown: bool) -> String {
             o.push_str(&format!("  - {w}\n"));
         }
     }
-    o
+    if !markdown {
+        return o;
+    }
+    // Markdown: indented lines become list items (a nested one for the continuation lines), so
+    // a rendered page keeps one line per figure.
+    o.lines()
+        .map(|l| {
+            let trimmed = l.trim_start();
+            match l.len() - trimmed.len() {
+                0 => l.to_string(),
+                2 if trimmed.starts_with("- ") => trimmed.to_string(),
+                2 => format!("- {trimmed}"),
+                _ => format!("  - {trimmed}"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
 }
 
 #[cfg(test)]

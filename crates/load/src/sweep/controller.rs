@@ -1110,7 +1110,7 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
     } else {
         rec.window_note.clone()
     };
-    LevelResult {
+    let mut level = LevelResult {
         level_outcomes: rec.level_totals().outcome_labels(),
         load: rec.load,
         mode: rec.mode,
@@ -1140,7 +1140,16 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
         histograms: j.hist_file,
         repeats: Vec::new(),
         warnings,
+    };
+    // The window stopped early on the requests finished by then; the verdict counts every
+    // request of the window, and with the in-flight ones the breach may no longer be certain:
+    // the note must not claim what the verdict does not.
+    if level.window_note.starts_with("early stop") && !level.verdict_is_certain() {
+        level.window_note.push_str(
+            "; with the requests still in flight counted, the breach is borderline, not certain",
+        );
     }
+    level
 }
 
 /// A server-side quantile that falls in the histogram's first bucket says only "at most the first
