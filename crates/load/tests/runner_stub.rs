@@ -521,7 +521,7 @@ async fn a_frozen_server_in_a_closed_loop_is_warned() {
     assert!((1.9..=2.4).contains(&s.from_s), "{s:?}");
     let w = stall_warning(&rec).expect("a stall warning");
     assert!(
-        w.contains("went silent for") && w.contains("closed loop") && w.contains("--rate"),
+        w.contains("went silent for") && w.contains("closed loop") && w.contains("{mode: rate}"),
         "{w}"
     );
     // It survives the recording's round trip (results.json carries the warning, the histogram
