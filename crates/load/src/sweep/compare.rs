@@ -958,7 +958,9 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
                     None if ci.1 < 0.0 || share_diff_ci.is_some_and(|s| s.1 < 0.0) => {
                         Change::Better
                     }
-                    None if !ci.0.is_finite() || !ci.1.is_finite() => {
+                    // With the share above the threshold compared, its interval decides;
+                    // without one, an unbounded percentile interval says nothing.
+                    None if share_diff_ci.is_none() && (!ci.0.is_finite() || !ci.1.is_finite()) => {
                         note = Some(format!(
                             "{} and {} samples cannot bound a p{} at this confidence",
                             na,
