@@ -971,6 +971,21 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
                     }
                     None => Change::NoDetectableChange,
                 };
+                // With repeats, the baseline's own spread between runs is the noise floor: a
+                // gated increase within it is not shown to be the change's.
+                let noise_floor_s = noise_floor(va, &repeats, &class, signal, pct);
+                if change == Change::Worse
+                    && allowed_s.is_some()
+                    && let Some((lo, hi)) = noise_floor_s
+                    && vb - va <= hi - lo
+                {
+                    note = Some(format!(
+                        "the increase {} is within the baseline's spread between its repeats ({})",
+                        fmt_signed_s(vb - va),
+                        fmt_s(hi - lo)
+                    ));
+                    change = Change::Inconclusive;
+                }
                 // A client-side increase the engine's own histogram does not show is the
                 // load host's or the network's, not the server change's: no regression.
                 if change == Change::Worse
@@ -1006,7 +1021,7 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
                     engine_delta_s,
                     note,
                     change,
-                    noise_floor_s: noise_floor(va, &repeats, &class, signal, pct),
+                    noise_floor_s,
                 });
             }
         }
