@@ -11,6 +11,9 @@ pub struct Series<'a> {
     pub points: Vec<(f64, f64)>,
 }
 
+/// The largest coordinate drawn: larger values (a corrupt or hostile results file) are left out.
+const MAX_COORD: f64 = 1e9;
+
 /// Renders a line chart as an SVG string, `width`×`height` pixels. `threshold` draws a dashed
 /// red line labelled `SLO`. Returns an empty string when there is nothing to draw.
 pub fn line_chart(
@@ -21,14 +24,31 @@ pub fn line_chart(
     threshold: Option<f64>,
     (width, height): (u32, u32),
 ) -> String {
+    // Values from a results file are not trusted: the plotting library overflows on a negative
+    // or astronomic coordinate (a panic) and loops on ticks over a range of 1e308 (a hang).
+    let plottable = |v: f64| v.is_finite() && (0.0..=MAX_COORD).contains(&v);
     let pts: Vec<(f64, f64)> = series
         .iter()
         .flat_map(|s| s.points.iter().copied())
-        .filter(|(x, y)| x.is_finite() && y.is_finite())
+        .filter(|(x, y)| plottable(*x) && plottable(*y))
         .collect();
     if pts.is_empty() {
         return String::new();
     }
+    let threshold = threshold.filter(|t| plottable(*t));
+    let series: Vec<Series<'_>> = series
+        .iter()
+        .map(|s| Series {
+            label: s.label,
+            points: s
+                .points
+                .iter()
+                .copied()
+                .filter(|(x, y)| plottable(*x) && plottable(*y))
+                .collect(),
+        })
+        .collect();
+    let series = &series[..];
     let x_max = pts.iter().map(|p| p.0).fold(0.0f64, f64::max).max(1e-9) * 1.05;
     let mut y_max = pts.iter().map(|p| p.1).fold(0.0f64, f64::max);
     if let Some(t) = threshold {
@@ -126,5 +146,29 @@ mod tests {
         assert!(s.contains("SLO"));
         assert!(s.contains("p95"));
         assert_eq!(line_chart("x", "x", "y", &[], None, (10, 10)), "");
+    }
+}
+
+#[cfg(test)]
+mod hostile_values {
+    use super::*;
+
+    /// Values no run measures (a tampered results.json) are left out, not drawn: a negative or
+    /// astronomic threshold or point panicked the plotting library or hung it on its ticks.
+    #[test]
+    fn absurd_values_are_left_out() {
+        let s = [Series {
+            label: "p95",
+            points: vec![(4.0, 50.0), (8.0, 1e308), (-1.0, 5.0), (16.0, -1e300)],
+        }];
+        for t in [Some(-1e300), Some(1e308), Some(f64::NAN), Some(300.0), None] {
+            let svg = line_chart("t", "x", "ms", &s, t, (200, 100));
+            assert!(svg.contains("<svg"), "{t:?}");
+        }
+        let none = [Series {
+            label: "p95",
+            points: vec![(1.0, 1e308)],
+        }];
+        assert!(line_chart("t", "x", "ms", &none, Some(1e308), (200, 100)).is_empty());
     }
 }
