@@ -25,6 +25,13 @@ pub async fn run(a: ReportArgs) -> Result<i32> {
     if meta.file_type().is_symlink() {
         bail!("{}: a symbolic link; refusing to follow it", path.display());
     }
+    // Not a FIFO or device (which would block or never end), nor a planted giant.
+    if !meta.is_file() || meta.len() > 256 << 20 {
+        bail!(
+            "{}: not a regular file of at most 256 MiB; refusing to read it",
+            path.display()
+        );
+    }
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("{}: cannot read", path.display()))?;
     let run: RunResult = serde_json::from_str(&text)

@@ -200,6 +200,9 @@ fn heartbeat(bar: &ProgressBar, every: Duration, mut say: impl FnMut(Duration)) 
 /// minutes on a 2-core machine.
 const DEMO_WARMUP_S: u64 = 3;
 const DEMO_MEASURE_S: u64 = 5;
+/// The longest prompt calibration may take before the sweep goes on with uncalibrated words.
+const CALIBRATION_LIMIT: Duration = Duration::from_secs(120);
+
 /// Windows of --quick.
 const QUICK_WARMUP_S: u64 = 2;
 const QUICK_MEASURE_S: u64 = 4;
@@ -467,18 +470,55 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     let (plans, calibration) = if args.target.is_none() {
         (plans, None)
     } else {
-        let (cal, mut report) = headroom_load::calibrate::calibrate(
-            &target,
-            &plans,
-            tokenizer.as_deref(),
-            args.tokenizer
-                .as_deref()
-                .map(|p| p.display().to_string())
-                .as_deref(),
-        )
-        .await;
-        let plans = ClassPlan::calibrated(&plans, Arc::new(cal))?;
-        headroom_load::calibrate::check_plans(&target, &plans, seed, &mut report).await;
+        eprintln!(
+            "headroom: sizing prompts by the server's tokenizer (at most {} s; Ctrl-C stops)",
+            CALIBRATION_LIMIT.as_secs()
+        );
+        let tok_path = args.tokenizer.as_deref().map(|p| p.display().to_string());
+        let calibration = async {
+            let (cal, mut report) = headroom_load::calibrate::calibrate(
+                &target,
+                &plans,
+                tokenizer.as_deref(),
+                tok_path.as_deref(),
+            )
+            .await;
+            let plans = ClassPlan::calibrated(&plans, Arc::new(cal))?;
+            headroom_load::calibrate::check_plans(&target, &plans, seed, &mut report).await;
+            anyhow::Ok((plans, report))
+        };
+        // Bounded in time, and stoppable: a slow tokenizer endpoint (each answer just inside the
+        // client's deadline) would otherwise hold the sweep for many minutes before any level.
+        let (plans, report) = tokio::select! {
+            r = tokio::time::timeout(CALIBRATION_LIMIT, calibration) => match r {
+                Ok(r) => r?,
+                Err(_) => {
+                    let reason = format!(
+                        "calibration did not finish within {} s (a slow /tokenize or server); prompts are uncalibrated words — pass --tokenizer PATH for exact counts",
+                        CALIBRATION_LIMIT.as_secs()
+                    );
+                    let cal = headroom_load::calibrate::Calibration::words(
+                        headroom_load::calibrate::Method::Words { reason: reason.clone() },
+                    );
+                    let plans = ClassPlan::calibrated(&plans, Arc::new(cal))?;
+                    let report = headroom_load::calibrate::CalibrationReport {
+                        method: headroom_load::calibrate::Method::Words { reason },
+                        vocabulary_words: None,
+                        words_measured: 0,
+                        overhead_tokens: Vec::new(),
+                        tokens_per_word: None,
+                        requests_sent: 0,
+                        checks: Vec::new(),
+                        notes: Vec::new(),
+                    };
+                    (plans, report)
+                }
+            },
+            sig = stop.recv() => {
+                eprintln!("\nheadroom: {sig} during prompt calibration: stopped before the first level");
+                return Ok(130);
+            }
+        };
         for line in calibration_lines(&report) {
             eprintln!("headroom: {line}");
         }

@@ -206,6 +206,13 @@ const TOKENIZE_PATH: &str = "/tokenize";
 const USAGE_WORDS: usize = 48;
 /// Concurrent calibration requests: gentle on the server, quick on loopback.
 const PARALLEL: usize = 8;
+/// The largest token count a calibration text can have (its texts are at most a few hundred
+/// words): anything above is the server's error.
+const MAX_PLAUSIBLE_COUNT: u32 = 1 << 20;
+/// The largest per-request overhead believed (a chat template's tokens): beyond it the server's
+/// usage and its tokenizer do not agree.
+const MAX_OVERHEAD: u32 = 4096;
+
 /// Tries of one calibration count before it is given up.
 const ATTEMPTS: u32 = 3;
 
@@ -232,13 +239,20 @@ impl Counter {
                 }
                 let v: serde_json::Value = serde_json::from_slice(&bytes)
                     .map_err(|e| format!("answer is not JSON ({e})"))?;
+                // A count no prompt of ours can have is the server's error, not a size.
+                let plausible = |n: u64| {
+                    u32::try_from(n)
+                        .ok()
+                        .filter(|n| *n <= MAX_PLAUSIBLE_COUNT)
+                        .ok_or_else(|| format!("answered a count of {n} tokens"))
+                };
                 if let Some(n) = v.get("count").and_then(serde_json::Value::as_u64) {
-                    return Ok(n as u32);
+                    return plausible(n);
                 }
                 v.get("tokens")
                     .and_then(serde_json::Value::as_array)
-                    .map(|a| a.len() as u32)
                     .ok_or_else(|| "answer has neither `count` nor `tokens`".to_string())
+                    .and_then(|a| plausible(a.len() as u64))
             }
             Counter::Usage(e) => usage_tokens(target, *e, "", text).await,
         }
@@ -331,7 +345,20 @@ async fn usage_once(
         ));
     }
     r.prompt_tokens
-        .ok_or_else(|| format!("{}: the answer carried no usage", endpoint.path()))
+        .ok_or_else(|| {
+            format!(
+                "{}: the answer carried no usable usage.prompt_tokens",
+                endpoint.path()
+            )
+        })
+        .and_then(|n| {
+            (n <= MAX_PLAUSIBLE_COUNT).then_some(n).ok_or_else(|| {
+                format!(
+                    "{}: usage.prompt_tokens {n} for a short text",
+                    endpoint.path()
+                )
+            })
+        })
 }
 
 /// Why calibration could not finish; the sweep falls back to words and says so.
@@ -612,16 +639,37 @@ async fn shape_overhead(
         Shape::ChatSystemUser => synth(PREFIX, false, &mut rng)?,
         _ => (String::new(), 0),
     };
-    let (body, bk) = synth(BODY, false, &mut rng)?;
-    *sent += 1;
-    let n = usage_tokens(target, endpoint, &prefix, &body).await?;
-    let content = pk + bk;
-    if n < content {
+    // Two content sizes: a constant overhead is the same for both; a server whose usage and
+    // tokenizer disagree (usage twice the count) gives two different ones.
+    let mut overheads = Vec::with_capacity(2);
+    for size in [BODY, 3 * BODY] {
+        let (body, bk) = synth(size, false, &mut rng)?;
+        *sent += 1;
+        let n = usage_tokens(target, endpoint, &prefix, &body).await?;
+        let content = pk + bk;
+        if n < content {
+            return Err(format!(
+                "usage.prompt_tokens {n} is below the content's {content} tokens"
+            ));
+        }
+        overheads.push(n - content);
+    }
+    let (a, b) = (overheads[0], overheads[1]);
+    if a != b {
         return Err(format!(
-            "usage.prompt_tokens {n} is below the content's {content} tokens"
+            "the server's usage and the counted tokens disagree: {} and {} content tokens came back as {} and {} more",
+            pk + BODY,
+            pk + 3 * BODY,
+            a,
+            b
         ));
     }
-    Ok(n - content)
+    if a > MAX_OVERHEAD {
+        return Err(format!(
+            "usage.prompt_tokens implies {a} tokens added per request, more than any chat template adds"
+        ));
+    }
+    Ok(a)
 }
 
 #[cfg(test)]

@@ -67,7 +67,38 @@ pub struct RunDir {
     pub slo: SloFile,
 }
 
+/// The largest run-directory file read, bytes (a sweep's results.json of thousands of levels is
+/// a few MB): a link to /dev/zero or a planted huge file is refused, not read into memory.
+const MAX_FILE: u64 = 256 << 20;
+
+/// Checks that `path` is a regular file (not a link, a FIFO or a device) of at most
+/// [`MAX_FILE`] bytes, naming it otherwise.
+fn check_file(path: &Path) -> Result<(), CompareError> {
+    let bad = |message: String| CompareError::Read {
+        path: path.to_path_buf(),
+        message,
+    };
+    let m = std::fs::symlink_metadata(path).map_err(|e| bad(e.to_string()))?;
+    if m.file_type().is_symlink() {
+        return Err(bad(
+            "a symbolic link; a run directory's files are read only as themselves".into(),
+        ));
+    }
+    if !m.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    if m.len() > MAX_FILE {
+        return Err(bad(format!(
+            "{} bytes, more than the {} MiB a run directory's file may have",
+            m.len(),
+            MAX_FILE >> 20
+        )));
+    }
+    Ok(())
+}
+
 fn read(path: &Path) -> Result<String, CompareError> {
+    check_file(path)?;
     std::fs::read_to_string(path).map_err(|e| CompareError::Read {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -106,7 +137,18 @@ impl RunDir {
         if level.histograms.is_empty() {
             return None;
         }
-        LevelRecording::load(&self.path.join(&level.histograms)).ok()
+        // A name the sweep wrote: relative and inside the run directory.
+        let rel = Path::new(&level.histograms);
+        if rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return None;
+        }
+        let path = self.path.join(rel);
+        check_file(&path).ok()?;
+        LevelRecording::load(&path).ok()
     }
 }
 
@@ -1082,7 +1124,20 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
             "the intervals cover each run's sampling noise, not how much two runs of one configuration differ on this host (a busy or shared host moves both the client's and the engine's figures between runs); sweep the baseline with --repeat 2 or more to measure that noise floor before gating on small increases".into(),
         );
     }
-    let missing_phases = unmatched.iter().any(|u| u.ends_with("(baseline only)"));
+    // A phase whose candidate measured no level has a capacity only from its stored fields.
+    let empty: Vec<&str> = common
+        .iter()
+        .filter(|(pa, pb)| pb.levels.is_empty() || pa.levels.is_empty())
+        .map(|(pa, _)| pa.name.as_str())
+        .collect();
+    if !empty.is_empty() {
+        warnings.push(format!(
+            "no measured level in one of the runs for {}: its capacity is not evidence",
+            empty.join(", ")
+        ));
+    }
+    let missing_phases =
+        unmatched.iter().any(|u| u.ends_with("(baseline only)")) || !empty.is_empty();
     if missing_phases {
         warnings.push(
             "the candidate did not measure every phase the baseline did: what it left out cannot be promoted".into(),
@@ -1235,6 +1290,23 @@ pub fn headline(c: &Comparison) -> Vec<String> {
                     }),
             ),
     );
+    // Ungated changes do not decide, but a headline that hid them would read as "nothing
+    // moved" beside a body that says worse.
+    let ungated: Vec<String> = c
+        .levels
+        .iter()
+        .flat_map(|l| l.latency.iter().map(move |x| (l, x)))
+        .filter(|(_, x)| {
+            x.allowed_increase_s.is_none() && matches!(x.change, Change::Worse | Change::Better)
+        })
+        .map(|(l, x)| format!("{} {} at {}", x.id, x.change.as_str(), f(l.load)))
+        .collect();
+    if !ungated.is_empty() {
+        out.push(format!(
+            "not gated (no --max-latency-increase for them), so not deciding: {}",
+            ungated.join(", ")
+        ));
+    }
     out
 }
 
@@ -1358,6 +1430,19 @@ pub fn render_text(c: &Comparison, markdown: bool) -> String {
             o.push_str(&format!("  - {w}\n"));
         }
     }
+    // Names come from the users' files: no terminal control sequence or bidirectional
+    // override reaches the terminal through them.
+    let o: String = o
+        .chars()
+        .map(|c| {
+            let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+            if (c.is_control() && c != '\n') || bidi {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect();
     if !markdown {
         return o;
     }
@@ -1432,6 +1517,35 @@ mod tests {
         assert!((lo - 0.0524).abs() < 5e-4, "{lo}");
         assert!((hi - 0.3339).abs() < 5e-4, "{hi}");
         assert!((z_for(0.95) - 1.959_96).abs() < 1e-3);
+    }
+
+    /// A run directory's files are read only as regular files of bounded size: a FIFO (which
+    /// blocked for ever), a link (to /dev/zero: read until memory ran out; to a secret file:
+    /// quoted in the parse error) is refused, naming the file, at once.
+    #[test]
+    fn only_regular_files_are_read() {
+        let d = tempfile::tempdir().unwrap();
+        let secret = d.path().join("secret");
+        std::fs::write(&secret, "root:x:0:0:SECRET\n").unwrap();
+        let run = d.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        std::os::unix::fs::symlink(&secret, run.join("results.json")).unwrap();
+        let e = RunDir::open(&run).unwrap_err().to_string();
+        assert!(
+            e.contains("results.json") && e.contains("symbolic link"),
+            "{e}"
+        );
+        assert!(!e.contains("SECRET"), "{e}");
+        std::fs::remove_file(run.join("results.json")).unwrap();
+        let st = std::process::Command::new("mkfifo")
+            .arg(run.join("results.json"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let t0 = std::time::Instant::now();
+        let e = RunDir::open(&run).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2));
     }
 
     #[test]

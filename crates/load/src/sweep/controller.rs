@@ -1200,7 +1200,9 @@ fn client_totals(rec: &LevelRecording) -> ClientTotals {
 /// Realised prompt tokens more than 25 % away from the workload's request: the run measured a
 /// different workload from the one specified.
 pub(crate) fn drift(t: &TokenCounts) -> Option<WorkloadDrift> {
-    if t.prompt_requested == 0 || t.prompt_realised == 0 {
+    // Both sums count only requests whose usage came back: requested > 0 with realised 0 is a
+    // server that says it prefilled nothing, a drift like any other.
+    if t.prompt_requested == 0 {
         return None;
     }
     let ratio = t.prompt_realised as f64 / t.prompt_requested as f64;

@@ -663,3 +663,21 @@ fn few_per_request_queue_times_fall_back_to_the_ttft_bound() {
         r.reason
     );
 }
+
+/// A server whose usage says it prefilled nothing has drifted as far as a server can: the drift
+/// voids a PASS (it was ignored as "no usage", and a PASS stood).
+#[test]
+fn usage_of_zero_prompt_tokens_is_a_drift() {
+    use crate::sweep::controller::drift;
+    use headroom_core::run::TokenCounts;
+    let t = |req, real| TokenCounts {
+        prompt_requested: req,
+        prompt_realised: real,
+        ..TokenCounts::default()
+    };
+    let d = drift(&t(2880, 0)).expect("a drift");
+    assert_eq!(d.prompt_ratio, 0.0);
+    assert!(d.voids(headroom_core::Verdict::Pass));
+    assert!(drift(&t(0, 0)).is_none());
+    assert!(drift(&t(1000, 1100)).is_none());
+}
