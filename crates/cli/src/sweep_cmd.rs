@@ -497,20 +497,9 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
                         "calibration did not finish within {} s (a slow /tokenize or server); prompts are uncalibrated words — pass --tokenizer PATH for exact counts",
                         CALIBRATION_LIMIT.as_secs()
                     );
-                    let cal = headroom_load::calibrate::Calibration::words(
-                        headroom_load::calibrate::Method::Words { reason: reason.clone() },
-                    );
+                    let (cal, report) =
+                        headroom_load::calibrate::CalibrationReport::uncalibrated(reason);
                     let plans = ClassPlan::calibrated(&plans, Arc::new(cal))?;
-                    let report = headroom_load::calibrate::CalibrationReport {
-                        method: headroom_load::calibrate::Method::Words { reason },
-                        vocabulary_words: None,
-                        words_measured: 0,
-                        overhead_tokens: Vec::new(),
-                        tokens_per_word: None,
-                        requests_sent: 0,
-                        checks: Vec::new(),
-                        notes: Vec::new(),
-                    };
                     (plans, report)
                 }
             },

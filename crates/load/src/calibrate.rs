@@ -171,6 +171,25 @@ pub struct CalibrationReport {
 }
 
 impl CalibrationReport {
+    /// The report of prompts left uncalibrated, with why ([`Method::Words`]), and the
+    /// calibration that goes with it.
+    pub fn uncalibrated(reason: String) -> (Calibration, CalibrationReport) {
+        let method = Method::Words { reason };
+        (
+            Calibration::words(method.clone()),
+            CalibrationReport {
+                method,
+                vocabulary_words: None,
+                words_measured: 0,
+                overhead_tokens: Vec::new(),
+                tokens_per_word: None,
+                requests_sent: 0,
+                checks: Vec::new(),
+                notes: Vec::new(),
+            },
+        )
+    }
+
     /// The largest relative gap of the checks (`realised / requested − 1`), if any was made.
     pub fn worst_residual(&self) -> Option<f64> {
         self.checks
@@ -254,27 +273,14 @@ impl Counter {
                     .ok_or_else(|| "answer has neither `count` nor `tokens`".to_string())
                     .and_then(|a| plausible(a.len() as u64))
             }
-            Counter::Usage(e) => usage_tokens(target, *e, "", text).await,
+            Counter::Usage(e) => usage_once(target, *e, "", text).await,
         }
     }
 
     /// [`Counter::count`], tried up to [`ATTEMPTS`] times: a server that errs now and then (whose
     /// error rate the sweep is to measure) must not leave the prompts uncalibrated.
     async fn count_retrying(&self, target: &Target, text: &str) -> Result<u32, String> {
-        if let Counter::Usage(_) = self {
-            return self.count(target, text).await; // usage_tokens retries itself
-        }
-        let mut last = String::new();
-        for k in 0..ATTEMPTS {
-            if k > 0 {
-                tokio::time::sleep(Duration::from_millis(100 << k)).await;
-            }
-            match self.count(target, text).await {
-                Ok(n) => return Ok(n),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
+        retrying(|| self.count(target, text)).await
     }
 
     /// Counts many texts, [`PARALLEL`] at a time, in order.
@@ -301,12 +307,22 @@ async fn usage_tokens(
     prefix: &str,
     prompt: &str,
 ) -> Result<u32, String> {
+    retrying(|| usage_once(target, endpoint, prefix, prompt)).await
+}
+
+/// `attempt`, tried up to [`ATTEMPTS`] times with a growing pause (200, 400 ms): the last error
+/// when none succeeds.
+async fn retrying<F, Fut>(attempt: F) -> Result<u32, String>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<u32, String>>,
+{
     let mut last = String::new();
     for k in 0..ATTEMPTS {
         if k > 0 {
             tokio::time::sleep(Duration::from_millis(100 << k)).await;
         }
-        match usage_once(target, endpoint, prefix, prompt).await {
+        match attempt().await {
             Ok(n) => return Ok(n),
             Err(e) => last = e,
         }
@@ -550,12 +566,11 @@ async fn fit_words(
             )
         })
         .collect();
-    let pairs: Vec<(u32, i64)> = triples.iter().map(|(a, s, _)| (*a, *s)).collect();
     // The counter's own constant (BOS, template): the commonest `alone − 1` among one-token words.
-    let mut bases: Vec<i64> = pairs
+    let mut bases: Vec<i64> = triples
         .iter()
-        .filter(|(_, after)| *after == 1)
-        .map(|(alone, _)| i64::from(*alone) - 1)
+        .filter(|(_, after, _)| *after == 1)
+        .map(|(alone, _, _)| i64::from(*alone) - 1)
         .collect();
     if bases.is_empty() {
         return Err("no word of the list is a single token after a space".into());
