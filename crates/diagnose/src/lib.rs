@@ -202,6 +202,21 @@ pub const GENERATED_OVER_MAX_TOKENS: &str = "generated_over_max_tokens";
 /// "at most". `headroom diagnose --format json` marks such entries with `"bound": "upper"`.
 pub const UPPER_BOUND_ONLY: &str = "upper bound only: ≤";
 
+/// An upper bound in seconds to three significant digits (a `_sum` cap of 0.0011301230008985688
+/// reads `0.00113`; a bucket edge of 0.01 reads `0.01`).
+pub(crate) fn bound_s(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let decimals = (2 - x.abs().log10().floor() as i32).max(0) as usize;
+    let s = format!("{x:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 /// Prefix of the notes that report corrupt data ([`headroom_signals::DataWarning`]), so that
 /// readers and scripts can pick them out: `data warning: <metric><series>: <what was wrong>;
 /// rejected, no figure uses <metric>`.
@@ -619,7 +634,7 @@ fn latency_objective(
                 // The figure shown is then only the first bucket's bound: say so, so every
                 // display marks it "≤".
                 match q.filter(|q| q.upper_bound_only) {
-                    Some(q) => format!("; {UPPER_BOUND_ONLY} {} s", q.upper),
+                    Some(q) => format!("; {UPPER_BOUND_ONLY} {} s", bound_s(q.upper)),
                     None => String::new(),
                 }
             ),
@@ -632,7 +647,8 @@ fn latency_objective(
             (
                 Verdict::Pass,
                 format!(
-                    "holds: {UPPER_BOUND_ONLY} {le0} s, which does not exceed the threshold (a value equal to it meets it, as Prometheus' le does)"
+                    "holds: {UPPER_BOUND_ONLY} {} s, which does not exceed the threshold (a value equal to it meets it, as Prometheus' le does)",
+                    bound_s(le0)
                 ),
             )
         } else if let Some((lo, hi)) = proven {
@@ -641,7 +657,8 @@ fn latency_objective(
                 (
                     Verdict::Pass,
                     format!(
-                        "holds: {UPPER_BOUND_ONLY} {le0} s; _sum/_count put {share} of the observations above the threshold {threshold_s} s (allowed {:.2} %)",
+                        "holds: {UPPER_BOUND_ONLY} {} s; _sum/_count put {share} of the observations above the threshold {threshold_s} s (allowed {:.2} %)",
+                        bound_s(le0),
                         allowed * 100.0
                     ),
                 )
@@ -649,7 +666,8 @@ fn latency_objective(
                 (
                     Verdict::Fail,
                     format!(
-                        "breached: {UPPER_BOUND_ONLY} {le0} s; _sum/_count put {share} of the observations above the threshold {threshold_s} s (allowed {:.2} %)",
+                        "breached: {UPPER_BOUND_ONLY} {} s; _sum/_count put {share} of the observations above the threshold {threshold_s} s (allowed {:.2} %)",
+                        bound_s(le0),
                         allowed * 100.0
                     ),
                 )
@@ -658,7 +676,8 @@ fn latency_objective(
             (
                 Verdict::Inconclusive,
                 format!(
-                    "undecided: {UPPER_BOUND_ONLY} {le0} s; the first bucket's bound is above the threshold {threshold_s} s and _sum/_count do not settle it, so the histogram cannot tell"
+                    "undecided: {UPPER_BOUND_ONLY} {} s; the first bucket's bound is above the threshold {threshold_s} s and _sum/_count do not settle it, so the histogram cannot tell",
+                    bound_s(le0)
                 ),
             )
         };

@@ -54,7 +54,7 @@ fn quantiles(b: &mut StepBuilder, w: &Window, sig: Signal, name: &str) {
                 format!(
                     "{} {} s: the rank falls in the first bucket [0, {le0}] s of {} ({} observations), so the histogram cannot place it lower{}",
                     crate::UPPER_BOUND_ONLY,
-                    x.upper,
+                    crate::bound_s(x.upper),
                     src(w, sig),
                     x.observations,
                     bounded.why(w)
