@@ -7,6 +7,7 @@ mod gateway_cmd;
 mod report_cmd;
 mod sim_cmd;
 mod slo_cmd;
+mod plan_cmd;
 mod sweep_cmd;
 mod workload_as_run;
 
@@ -25,6 +26,10 @@ struct Cli {
 enum Command {
     /// Find, per request class and for the mix, the highest load meeting every SLO.
     Sweep(sweep_cmd::SweepArgs),
+    /// Capacity planning: the sweep on the engine twin's virtual clock (hours of simulated
+    /// traffic per level in seconds), for any GPU preset, dtype and parallelism; --peak gives
+    /// the replicas, --compare-gpus one table for several GPUs.
+    Plan(plan_cmd::PlanArgs),
     /// Compare two sweeps' run directories: what changed, capacity with its uncertainty, and
     /// each objective's percentile with a confidence interval on the difference. Exit 0 promote,
     /// 1 regression, 2 inconclusive or bad input.
@@ -156,6 +161,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Sim(a) => sim_cmd::run(a).await.map(|()| 0),
             Command::Sweep(a) => sweep_cmd::run(a, argv).await,
+            Command::Plan(a) => plan_cmd::run(a, argv).await,
             Command::Diagnose(a) => diagnose_cmd::run(a).await,
             Command::Compare(a) => compare_cmd::run(a).await,
             Command::Report(a) => report_cmd::run(a).await,

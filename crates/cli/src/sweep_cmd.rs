@@ -665,6 +665,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         clock_lag: lag_fn
             .as_ref()
             .map(|f| f as &(dyn Fn() -> (u64, u64, f64) + Send + Sync)),
+        measurer: None,
     };
     let result = sweep.run().await;
     if let Some(h) = embedded {
@@ -824,7 +825,7 @@ fn calibration_lines(r: &headroom_load::calibrate::CalibrationReport) -> Vec<Str
 /// What the writes of the run files did: which files the latest write put in place, which exist
 /// only from an earlier write, which the latest failed write removed, and the last error.
 #[derive(Debug, Default)]
-struct FileLog {
+pub(crate) struct FileLog {
     /// Written by the latest write (current).
     current: Vec<&'static str>,
     /// Written by some earlier write but not the latest (they hold older results).
@@ -833,11 +834,14 @@ struct FileLog {
     /// older state of the run).
     removed: Vec<&'static str>,
     /// The latest write's error.
-    error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 impl FileLog {
-    fn record(&mut self, got: &Result<Vec<&'static str>, headroom_report::RunFilesError>) {
+    pub(crate) fn record(
+        &mut self,
+        got: &Result<Vec<&'static str>, headroom_report::RunFilesError>,
+    ) {
         let (now, removed, error) = match got {
             Ok(w) => (w.clone(), Vec::new(), None),
             Err(e) => (e.written.clone(), e.removed.clone(), Some(e.to_string())),
@@ -851,7 +855,7 @@ impl FileLog {
     }
 
     /// The closing line: the run directory and only the files that exist in it.
-    fn describe(&self, dir: &Path) -> String {
+    pub(crate) fn describe(&self, dir: &Path) -> String {
         let mut s = format!("Run directory: {}", dir.display());
         if self.current.is_empty() && self.stale.is_empty() {
             s.push_str(" (no results file could be written)");
@@ -879,7 +883,7 @@ impl FileLog {
 /// A time flag's value in seconds: a plain number of seconds (`2.5`) or a duration with a unit
 /// as in `slo.yaml` (`2.5s`, `500ms`, `1m`; [`headroom_core::slo::parse_duration_s`]). The range
 /// is checked where the flag is used.
-fn seconds_arg(v: &str) -> std::result::Result<f64, String> {
+pub(crate) fn seconds_arg(v: &str) -> std::result::Result<f64, String> {
     match v.trim().parse::<f64>() {
         Ok(s) => Ok(s),
         Err(_) => headroom_core::slo::parse_duration_s(v)
@@ -887,7 +891,7 @@ fn seconds_arg(v: &str) -> std::result::Result<f64, String> {
     }
 }
 
-fn flag_window(flag: &str, secs: f64, allow_zero: bool) -> Result<Duration> {
+pub(crate) fn flag_window(flag: &str, secs: f64, allow_zero: bool) -> Result<Duration> {
     window_from_secs(secs, allow_zero).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
 
@@ -912,7 +916,7 @@ fn flag_scrape_interval(secs: f64) -> Result<Duration> {
 /// of every secret-looking flag or variable (`key`, `token`, `secret`, `password`, `auth` in its
 /// name; not `--api-key-env`, whose value names a variable, nor `--tokenizer`) replaced by
 /// `<redacted>`.
-fn redact_argv(argv: &[String]) -> Vec<String> {
+pub(crate) fn redact_argv(argv: &[String]) -> Vec<String> {
     fn secret_name(name: &str) -> bool {
         let l = name.to_lowercase();
         ["key", "token", "secret", "password", "passwd", "auth"]
@@ -1095,7 +1099,7 @@ mod tests {
 
 /// `runs/<UTC yyyymmdd>T<hhmmss>Z`: sorts by time and reads as a date; a suffix `-2`, `-3`, …
 /// when two runs start in the same second.
-fn default_run_dir() -> PathBuf {
+pub(crate) fn default_run_dir() -> PathBuf {
     let base = PathBuf::from("runs").join(utc_stamp(chrono::Utc::now()));
     let mut dir = base.clone();
     let mut n = 2;
@@ -1258,7 +1262,7 @@ mod run_dir_tests {
 }
 
 /// `3s`, `1.5s`, `2m`: a window length as users write it.
-fn fmt_secs(d: Duration) -> String {
+pub(crate) fn fmt_secs(d: Duration) -> String {
     let s = d.as_secs_f64();
     if s >= 60.0 && s % 60.0 == 0.0 {
         format!("{}m", s / 60.0)

@@ -511,22 +511,53 @@ impl Flight {
                 self.client_limit_msg.clone_from(&d.record.message);
             }
         }
-        if let Some(t) = out.class_totals.get_mut(d.record.class) {
-            t.add(&d.record);
-        }
         self.sse_events += u64::from(d.record.sse_events);
         if d.record.outcome.is_success() {
             self.e2e_all.saturating_record(d.record.timing.end_ns);
         }
         if d.in_window {
             self.in_window -= 1;
-            if let Some(c) = out.classes.get_mut(d.record.class) {
-                c.record(&d.record);
-                let slo = good.get(d.record.class).copied().unwrap_or_default();
-                if slo.is_good(&d.record) {
-                    c.goodput += 1;
-                }
-            }
+        }
+        record_finished(out, &d.record, d.in_window, good);
+    }
+}
+
+/// How a level's window ended, for [`LevelRecording::window_note`]: `interrupted`, `full`, an
+/// early stop (a breach was certain) or an extension (a percentile was undecided), from the
+/// window actually used (`window_s`, seconds) against the planned `measure`.
+pub fn window_note(interrupted: bool, checked: bool, window_s: f64, measure: Duration) -> String {
+    if interrupted {
+        "interrupted".to_string()
+    } else if !checked {
+        "full".to_string()
+    } else if window_s + 0.5 < measure.as_secs_f64() {
+        format!(
+            "early stop after {window_s:.1} s: a breach was certain on the requests finished by then (the verdict uses every request of the window, drained ones included)"
+        )
+    } else if window_s > measure.as_secs_f64() + 0.5 {
+        format!("extended to {window_s:.1} s: a percentile was still undecided")
+    } else {
+        "full".to_string()
+    }
+}
+
+/// Records one ended request into a level: every request counts in its class's level totals
+/// (the error objective and the reconciliation); one that started in the window also feeds the
+/// class's histograms and, when it met `good`'s thresholds for its class, its goodput. One
+/// definition for every load generator (HTTP, the twin's virtual clock).
+pub fn record_finished(
+    out: &mut LevelRecording,
+    r: &RequestRecord,
+    in_window: bool,
+    good: &[GoodputSlo],
+) {
+    if let Some(t) = out.class_totals.get_mut(r.class) {
+        t.add(r);
+    }
+    if in_window && let Some(c) = out.classes.get_mut(r.class) {
+        c.record(r);
+        if good.get(r.class).copied().unwrap_or_default().is_good(r) {
+            c.goodput += 1;
         }
     }
 }
@@ -857,23 +888,7 @@ pub async fn run_level_with(
         .as_secs_f64();
     out.started_unix_s = unix_s_at(window_start);
     out.interrupted = interrupted;
-    out.window_note = if interrupted {
-        "interrupted".to_string()
-    } else if opts.check.is_none() {
-        "full".to_string()
-    } else if out.window_s + 0.5 < measure.as_secs_f64() {
-        format!(
-            "early stop after {:.1} s: a breach was certain on the requests finished by then (the verdict uses every request of the window, drained ones included)",
-            out.window_s
-        )
-    } else if out.window_s > measure.as_secs_f64() + 0.5 {
-        format!(
-            "extended to {:.1} s: a percentile was still undecided",
-            out.window_s
-        )
-    } else {
-        "full".to_string()
-    };
+    out.window_note = window_note(interrupted, opts.check.is_some(), out.window_s, measure);
 
     // Drain: let in-flight requests finish, within a bound sized by the E2E seen so far.
     let p99 = if fl.e2e_all.is_empty() {

@@ -143,6 +143,47 @@ pub fn phases(plans: &[ClassPlan]) -> Vec<Phase> {
     out
 }
 
+/// What one level measured, from wherever it ran: the client's recording and the engine's (and
+/// dcgm-exporter's) scrapes, in time order. The sweep judges it the same way whatever measured it.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// The client's recording of the level.
+    pub rec: LevelRecording,
+    /// Engine scrapes: before the level, at the end of the warm-up, periodic, at the end.
+    pub engine: Vec<Scrape>,
+    /// dcgm-exporter scrapes, taken with the engine's.
+    pub dcgm: Vec<Scrape>,
+    /// Index of the scrape that opens the measurement window (the one taken when the warm-up
+    /// ended), so that warm-up requests do not count in the engine's histograms.
+    pub window_from: usize,
+    /// Scrape failures and other notes for the level's server view.
+    pub notes: Vec<String>,
+}
+
+/// One level to measure: the phase's classes at one load, with the sweep's windows and options.
+pub struct LevelRequest<'a> {
+    /// The phase (its classes and weights).
+    pub phase: &'a Phase,
+    /// Closed loop at a concurrency, or open loop at a rate.
+    pub mode: LevelMode,
+    /// Warm-up: requests started in it are not recorded.
+    pub warmup: Duration,
+    /// Measurement window (extended up to `opts.measure_max` while `opts.check` says so).
+    pub measure: Duration,
+    /// The level's seed (arrivals, prompts, the mix).
+    pub seed: u64,
+    /// Early stop/extension check, drain bounds, goodput thresholds.
+    pub opts: &'a RunOptions,
+}
+
+/// Measures a level somewhere other than over HTTP: `headroom plan` runs the engine twin on
+/// its virtual clock through this, so that its levels are searched, judged and written exactly
+/// as a sweep's are.
+pub trait LevelMeasurer: Send + Sync {
+    /// Runs the level to its end (window, extension and drain) and returns what it measured.
+    fn measure(&self, level: LevelRequest<'_>) -> Measured;
+}
+
 /// A sweep, ready to run.
 pub struct Sweep<'a> {
     /// Where requests go.
@@ -167,6 +208,9 @@ pub struct Sweep<'a> {
     /// with more than [`LATE_STEP_SHARE`] of its steps late gets a warning: the host, not the
     /// modelled GPU, set part of its latencies.
     pub clock_lag: Option<&'a (dyn Fn() -> (u64, u64, f64) + Send + Sync)>,
+    /// Measures each level instead of the HTTP load generator (the target is then only named,
+    /// never called): the twin on its virtual clock for `headroom plan`.
+    pub measurer: Option<&'a dyn LevelMeasurer>,
 }
 
 impl Sweep<'_> {
@@ -237,6 +281,7 @@ impl Sweep<'_> {
                 // Transport failures to the end of the level: ask the server whether it is still
                 // there before reading the level as a load result.
                 let dead = if !interrupted
+                    && self.measurer.is_none()
                     && (transport_streak >= SUSPECT_STREAK || level_is_dead(&level))
                 {
                     self.server_gone().await.map(|e| {
@@ -390,6 +435,69 @@ impl Sweep<'_> {
         };
         self.progress
             .level_start(&phase.name, load, s.mode, s.warmup + s.measure);
+        let spec = phase_spec(self.slo, phase);
+        let check = early_stop_check(phase, self.slo, s.measure, s.measure_max);
+        let opts = RunOptions {
+            drain_max: s.drain_max,
+            measure_max: s.measure_max.max(s.measure),
+            check: Some(check),
+            goodput: phase
+                .plans
+                .iter()
+                .map(|p| GoodputSlo::from_objectives(&self.slo.spec_for(&p.name).objectives))
+                .collect(),
+            ..RunOptions::default()
+        };
+        let seed = s.seed ^ (u64::from(level_index) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let m = match self.measurer {
+            Some(m) => m.measure(LevelRequest {
+                phase,
+                mode,
+                warmup: s.warmup,
+                measure: s.measure,
+                seed,
+                opts: &opts,
+            }),
+            None => self.measure_http(phase, mode, seed, &opts).await,
+        };
+        // The raw files; they are written after results.json (see `RawFiles`).
+        let raw = RawFiles {
+            level_index,
+            engine: m.engine,
+            dcgm: m.dcgm,
+            rec: m.rec,
+            hist_file: format!("histograms/L{level_index:03}.json"),
+        };
+        let mut files = raw.names();
+        files.pop(); // the histograms
+        let (window_from, notes) = (m.window_from, m.notes);
+        let level = judge_level(JudgeInput {
+            phase,
+            slo: self.slo,
+            spec: &spec,
+            rec: &raw.rec,
+            window_from,
+            engine_scrapes: &raw.engine,
+            dcgm_scrapes: &raw.dcgm,
+            scrape_files: files,
+            hist_file: raw.hist_file.clone(),
+            notes,
+        });
+        let streak = transport_streak(&raw.rec);
+        let aborted = raw.rec.aborted.clone();
+        (level, aborted, streak, raw)
+    }
+
+    /// Measures a level over HTTP: the load generator against the target, with the engine (and
+    /// dcgm-exporter) scraped before it, when the warm-up ends, periodically and after it.
+    async fn measure_http(
+        &self,
+        phase: &Phase,
+        mode: LevelMode,
+        seed: u64,
+        opts: &RunOptions,
+    ) -> Measured {
+        let s = self.settings;
         let scraper = Scraper::new(Duration::from_secs(5));
         let mut notes = Vec::new();
         let start = self.scrape_pair(&scraper, &mut notes).await;
@@ -429,20 +537,6 @@ impl Sweep<'_> {
             })
         };
 
-        let spec = phase_spec(self.slo, phase);
-        let check = early_stop_check(phase, self.slo, s.measure, s.measure_max);
-        let opts = RunOptions {
-            drain_max: s.drain_max,
-            measure_max: s.measure_max.max(s.measure),
-            check: Some(check),
-            goodput: phase
-                .plans
-                .iter()
-                .map(|p| GoodputSlo::from_objectives(&self.slo.spec_for(&p.name).objectives))
-                .collect(),
-            ..RunOptions::default()
-        };
-        let seed = s.seed ^ (u64::from(level_index) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let rec = run_level_with(
             self.target,
             &phase.plans,
@@ -451,7 +545,7 @@ impl Sweep<'_> {
             s.measure,
             seed,
             self.cancel.clone(),
-            &opts,
+            opts,
         )
         .await;
         stop.cancel();
@@ -485,16 +579,6 @@ impl Sweep<'_> {
         engine_scrapes.extend(e1);
         dcgm_scrapes.extend(d1);
 
-        // The raw files; they are written after results.json (see `RawFiles`).
-        let raw = RawFiles {
-            level_index,
-            engine: engine_scrapes,
-            dcgm: dcgm_scrapes,
-            rec,
-            hist_file: format!("histograms/L{level_index:03}.json"),
-        };
-        let mut files = raw.names();
-        files.pop(); // the histograms
         // The measurement window starts at the scrape taken when the warm-up ended (the first
         // periodic one), so warm-up requests do not count in the engine's histograms.
         let window_from = if had_start && !s.warmup.is_zero() {
@@ -502,21 +586,13 @@ impl Sweep<'_> {
         } else {
             0
         };
-        let level = judge_level(JudgeInput {
-            phase,
-            slo: self.slo,
-            spec: &spec,
-            rec: &raw.rec,
+        Measured {
+            rec,
+            engine: engine_scrapes,
+            dcgm: dcgm_scrapes,
             window_from,
-            engine_scrapes: &raw.engine,
-            dcgm_scrapes: &raw.dcgm,
-            scrape_files: files,
-            hist_file: raw.hist_file.clone(),
             notes,
-        });
-        let streak = transport_streak(&raw.rec);
-        let aborted = raw.rec.aborted.clone();
-        (level, aborted, streak, raw)
+        }
     }
 
     async fn scrape_pair(

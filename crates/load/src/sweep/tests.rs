@@ -140,6 +140,7 @@ mod sweep_runs {
             progress: &Quiet,
             on_result,
             clock_lag: None,
+            measurer: None,
         }
         .run()
         .await

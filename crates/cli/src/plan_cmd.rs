@@ -1,0 +1,609 @@
+//! `headroom plan`: the sweep, run on the engine twin's virtual clock. Wiring only: the
+//! workload, the SLO and the twin's configuration are resolved here; the levels are searched,
+//! measured ([`headroom_plan::twin::TwinLevels`]), judged and written by `load::sweep`, exactly
+//! as `headroom sweep` does, so `compare` and `report` read a plan's run directory as a sweep's.
+
+use crate::sweep_cmd::{FileLog, default_run_dir, flag_window, fmt_secs, redact_argv, seconds_arg};
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use headroom_core::run::{LevelResult, LoadMode, Manifest, PhaseResult, RunResult};
+use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, fmt_num, parse_ratio};
+use headroom_load::client::{CancellationFlag, Target};
+use headroom_load::prompt::ClassPlan;
+use headroom_load::sweep::controller::{Progress, Sweep, SweepSettings};
+use headroom_load::sweep::search::LevelPlan;
+use headroom_load::workload::{DEFAULT_WORKLOAD_YAML, Levels, Workload, check_level};
+use headroom_plan::twin::TwinLevels;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Arguments of `headroom plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// GPU preset (a10g, l4, l40s, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, mi300x, …).
+    #[arg(long, default_value = "a10g")]
+    pub gpu: String,
+    /// Model preset (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b, llama-3.1-8b,
+    /// llama-3.1-70b, mistral-7b).
+    #[arg(long, default_value = "qwen2.5-3b")]
+    pub model: String,
+    /// Weight precision: bf16, fp8 or int4.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// Tensor-parallel degree: 1, 2, 4 or 8.
+    #[arg(long, default_value_t = 1)]
+    pub tp: u32,
+    /// vLLM --max-num-seqs (default: vLLM's for the GPU).
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// vLLM --max-num-batched-tokens (default: vLLM's for the GPU).
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// vLLM --max-model-len (default: the model's context window).
+    #[arg(long)]
+    pub max_model_len: Option<u32>,
+    /// vLLM --gpu-memory-utilization (default 0.9).
+    #[arg(long)]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Plan these GPUs side by side (comma-separated presets): one plan each, in
+    /// OUT/<gpu>/, and one table.
+    #[arg(long, value_delimiter = ',', value_name = "GPUS")]
+    pub compare_gpus: Option<Vec<String>>,
+    /// Peak load to serve: requests per second (`40req/s`) or concurrent requests (`64`).
+    /// Prints the replicas needed with --headroom kept.
+    #[arg(long, value_name = "LOAD")]
+    pub peak: Option<String>,
+    /// Share of each replica's capacity kept free at the peak (default 20%).
+    #[arg(long, default_value = "20%")]
+    pub headroom: String,
+    /// SLO file (default: the built-in claims-assistant SLO).
+    #[arg(long)]
+    pub slo: Option<PathBuf>,
+    /// Workload file (default: the built-in claims-assistant workload).
+    #[arg(long)]
+    pub workload: Option<PathBuf>,
+    /// Levels (comma-separated concurrencies or req/s); default automatic.
+    #[arg(long, value_delimiter = ',')]
+    pub levels: Option<Vec<f64>>,
+    /// First level of the automatic search (default 1 concurrent or 0.5 req/s).
+    #[arg(long)]
+    pub start: Option<f64>,
+    /// Highest level the automatic search may try.
+    #[arg(long)]
+    pub max_load: Option<f64>,
+    /// Bisection stops when fail − pass ≤ this share of the pass level (default 5%).
+    #[arg(long, default_value = "5%")]
+    pub resolution: String,
+    /// Simulated warm-up per level (default 60s).
+    #[arg(long, value_parser = seconds_arg, default_value = "60")]
+    pub warmup: f64,
+    /// Simulated measurement window per level (default 10m; extended up to 4× while a
+    /// percentile is undecided).
+    #[arg(long, value_parser = seconds_arg, default_value = "600")]
+    pub measure: f64,
+    /// Sweep only this phase: one class of the workload, or `mix`.
+    #[arg(long, value_name = "NAME")]
+    pub class: Option<String>,
+    /// Seed of the twin, arrivals, prompts and the mix (default 0: a plan is deterministic).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Run directory (default: runs/<UTC time>; with --compare-gpus, one subdirectory per GPU).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Prints one line per finished level (a plan's levels take well under a second each).
+struct Lines {
+    gpu: String,
+}
+
+impl Progress for Lines {
+    fn level_start(&self, _: &str, _: f64, _: LoadMode, _: Duration) {}
+    fn level_done(&self, phase: &str, l: &LevelResult) {
+        eprintln!(
+            "  {}{phase}: {} {}: {}",
+            if self.gpu.is_empty() {
+                String::new()
+            } else {
+                format!("{}: ", self.gpu)
+            },
+            fmt_num(l.load),
+            l.mode.unit(),
+            l.verdict_line()
+        );
+    }
+    fn note(&self, msg: &str) {
+        eprintln!("  {msg}");
+    }
+}
+
+/// The peak to plan replicas for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Peak {
+    /// Requests per second.
+    Rate(f64),
+    /// Concurrent requests.
+    Concurrency(f64),
+}
+
+fn parse_peak(v: &str) -> Result<Peak> {
+    let t = v.trim();
+    let (num, rate) = match t.strip_suffix("req/s").or_else(|| t.strip_suffix("rps")) {
+        Some(n) => (n.trim(), true),
+        None => (t, false),
+    };
+    let x: f64 = num.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "--peak {v}: expected requests per second (`40req/s`) or concurrent requests (`64`)"
+        )
+    })?;
+    if !(x.is_finite() && x > 0.0) {
+        bail!("--peak {v}: expected a load above 0");
+    }
+    Ok(if rate {
+        Peak::Rate(x)
+    } else {
+        Peak::Concurrency(x)
+    })
+}
+
+/// Everything a plan needs besides the GPU: the parsed spec files and the search.
+struct Prepared {
+    workload: Workload,
+    workload_text: String,
+    slo: SloFile,
+    slo_text: String,
+    plans: Vec<ClassPlan>,
+    settings: SweepSettings,
+}
+
+fn prepare(a: &PlanArgs) -> Result<Prepared> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p)
+            .map_err(|e| headroom_core::yaml::YamlError::new(p, format!("cannot read file: {e}")))
+    };
+    let workload_text = match &a.workload {
+        Some(p) => read(p)?,
+        None => DEFAULT_WORKLOAD_YAML.to_string(),
+    };
+    let workload = match &a.workload {
+        Some(p) => Workload::parse(&workload_text, p, p.parent().unwrap_or(Path::new(".")))?,
+        None => Workload::builtin(),
+    };
+    let slo_text = match &a.slo {
+        Some(p) => read(p)?,
+        None => DEFAULT_SLO_YAML.to_string(),
+    };
+    let slo = match &a.slo {
+        Some(p) => SloFile::parse(&slo_text, p)?,
+        None => SloFile::parse(DEFAULT_SLO_YAML, Path::new("<built-in slo>"))?,
+    };
+    let names: Vec<&str> = workload
+        .spec
+        .classes
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    for class in slo.named_classes() {
+        if !names.contains(&class) {
+            bail!(
+                "{}: objectives for class `{class}`, which the workload does not define (classes: {})",
+                a.slo
+                    .as_ref()
+                    .map_or("<built-in slo>".into(), |p| p.display().to_string()),
+                names.join(", ")
+            );
+        }
+    }
+    if let Some(c) = &a.class
+        && !(names.contains(&c.as_str()) || (c == "mix" && names.len() > 1))
+    {
+        bail!(
+            "--class {c}: the workload has no such phase; expected one of {}{}",
+            names.join(", "),
+            if names.len() > 1 { ", mix" } else { "" }
+        );
+    }
+    let mode = workload.spec.load.mode;
+    for l in a.levels.iter().flatten() {
+        check_level(mode, *l).map_err(|e| anyhow::anyhow!("--levels: {e}"))?;
+    }
+    for (flag, v) in [("--start", a.start), ("--max-load", a.max_load)] {
+        if let Some(v) = v {
+            check_level(mode, v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+        }
+    }
+    let resolution = parse_ratio(&a.resolution)
+        .ok()
+        .filter(|x| *x > 0.0 && *x <= 10.0)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--resolution {}: expected a share above 0 and at most 1000% (e.g. 5%)",
+                a.resolution
+            )
+        })?;
+    let warmup = flag_window("--warmup", a.warmup, true)?;
+    let measure = flag_window("--measure", a.measure, false)?;
+    // The twin counts one token per word: the plans' words are exact token counts.
+    let plans = ClassPlan::from_workload(&workload, None)?;
+    let plan = match (&a.levels, &workload.spec.load.levels) {
+        (Some(l), _) | (None, Levels::List(l)) => LevelPlan::Fixed(l.clone()),
+        (None, Levels::Auto) => LevelPlan::Auto {
+            start: a.start.unwrap_or(match mode {
+                LoadMode::Concurrency => 1.0,
+                LoadMode::Rate => 0.5,
+            }),
+            growth: 2.0,
+            max: a.max_load.unwrap_or(match mode {
+                LoadMode::Concurrency => 4096.0,
+                LoadMode::Rate => 2000.0,
+            }),
+            resolution,
+            min_step: if mode == LoadMode::Concurrency {
+                1.0
+            } else {
+                0.05
+            },
+            integer: mode == LoadMode::Concurrency,
+        },
+    };
+    let settings = SweepSettings {
+        mode,
+        arrival: workload.spec.load.arrival,
+        max_concurrency: workload.spec.load.max_concurrency,
+        plan,
+        warmup,
+        measure,
+        measure_max: measure.saturating_mul(4),
+        // Virtual time: a drain as long as the longest answer costs nothing.
+        drain_max: Duration::from_secs(600),
+        metrics_url: None,
+        dcgm_url: None,
+        scrape_interval: Duration::from_secs(30),
+        run_dir: PathBuf::new(),
+        seed: a.seed,
+        only_phase: a.class.clone(),
+        repeat: 1,
+    };
+    Ok(Prepared {
+        workload,
+        workload_text,
+        slo,
+        slo_text,
+        plans,
+        settings,
+    })
+}
+
+/// The twin's configuration for `gpu`.
+fn twin_spec(a: &PlanArgs, gpu: &str) -> headroom_sim::SimSpec {
+    let mut spec = headroom_sim::SimSpec {
+        gpu: gpu.to_string(),
+        model: a.model.clone(),
+        dtype: a.dtype.clone(),
+        tensor_parallel: a.tp,
+        max_model_len: a.max_model_len,
+        max_num_seqs: a.max_num_seqs,
+        max_num_batched_tokens: a.max_num_batched_tokens,
+        enable_per_request_metrics: true,
+        seed: a.seed,
+        ..headroom_sim::SimSpec::default()
+    };
+    if let Some(u) = a.gpu_memory_utilization {
+        spec.gpu_memory_utilization = u;
+    }
+    spec
+}
+
+/// What one GPU's plan found, for the table.
+struct Planned {
+    gpu: String,
+    dir: PathBuf,
+    result: RunResult,
+    exit: i32,
+}
+
+/// Plans one GPU into `dir`.
+async fn plan_one(
+    a: &PlanArgs,
+    p: &Prepared,
+    gpu: &str,
+    dir: &Path,
+    argv: &[String],
+    cancel: &CancellationFlag,
+    label: bool,
+) -> Result<Planned> {
+    let spec = twin_spec(a, gpu);
+    let cfg = spec
+        .resolve()
+        .map_err(|e| anyhow::anyhow!("--gpu {gpu} --model {}: {e}", a.model))?;
+    let warnings = p
+        .workload
+        .check_context(u64::from(cfg.max_model_len))
+        .map_err(|e| anyhow::anyhow!("{gpu}: {e}"))?;
+    for w in warnings {
+        eprintln!("headroom: warning: {gpu}: {w}");
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create run directory {}", dir.display()))?;
+    let origin = headroom_signals::scrape::unix_now_s();
+    // About ten periodic scrapes per window, at least 30 s apart.
+    let every = (p.settings.measure / 10).max(Duration::from_secs(30));
+    let twin = TwinLevels::new(cfg.clone(), origin, every);
+    let mut settings = p.settings.clone();
+    settings.run_dir = dir.to_path_buf();
+    let describe = format!(
+        "{} + {} {} tp{}",
+        gpu,
+        a.model,
+        cfg.dtype.as_str(),
+        cfg.tensor_parallel
+    );
+    let manifest = Manifest {
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        command: redact_argv(argv),
+        started_unix_s: origin,
+        target: format!("twin (virtual clock): {describe}"),
+        api_key: false,
+        model: cfg.served_model_name.clone(),
+        models: serde_json::Value::Null,
+        server_version: serde_json::Value::Null,
+        engine_config: serde_json::json!({
+            "engine": "vllm",
+            "embedded_twin": {"gpu": gpu, "model": a.model},
+            "plan": {
+                "virtual_clock": true,
+                "gpu": gpu,
+                "model": a.model,
+                "dtype": cfg.dtype.as_str(),
+                "tensor_parallel": cfg.tensor_parallel,
+                "max_num_seqs": cfg.max_num_seqs,
+                "max_num_batched_tokens": cfg.max_num_batched_tokens,
+                "max_model_len": cfg.max_model_len,
+                "gpu_memory_utilization": cfg.gpu_memory_utilization,
+                "num_gpu_blocks": cfg.num_gpu_blocks,
+                "block_size": cfg.block_size,
+            },
+        }),
+        workload: {
+            let mut spec = p.workload.spec.clone();
+            spec.warmup = settings.warmup;
+            spec.measure = settings.measure;
+            serde_json::to_value(&spec).unwrap_or_default()
+        },
+        slo: serde_json::to_value(&p.slo).unwrap_or_default(),
+        seed: a.seed,
+        host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        metrics_url: None,
+        dcgm_url: None,
+        prompt_calibration: serde_json::Value::Null,
+    };
+    let workload_text = crate::workload_as_run::workload_as_run(
+        &p.workload_text,
+        a.workload
+            .as_deref()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new(".")),
+        (p.workload.spec.warmup, p.workload.spec.measure),
+        (settings.warmup, settings.measure),
+    );
+    for (name, text) in [("slo.yaml", &p.slo_text), ("workload.yaml", &workload_text)] {
+        let path = dir.join(name);
+        headroom_report::write_atomic(&path, text.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    headroom_report::write_atomic(
+        &dir.join("manifest.json"),
+        &serde_json::to_vec_pretty(&manifest)?,
+    )?;
+    let files: Arc<Mutex<FileLog>> = Arc::default();
+    let on_result = {
+        let dir = dir.to_path_buf();
+        let files = files.clone();
+        move |r: &RunResult| {
+            let got = headroom_report::write_run_files(&dir, r);
+            let mut log = files
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            log.record(&got);
+            got.map(|_| ()).map_err(|e| e.to_string())
+        }
+    };
+    // Named in results and the manifest only; the measurer answers every level.
+    let target = Target::new(
+        "http://127.0.0.1:1",
+        None,
+        Some(cfg.served_model_name.as_str()),
+    )?;
+    let progress = Lines {
+        gpu: if label {
+            gpu.to_string()
+        } else {
+            String::new()
+        },
+    };
+    eprintln!(
+        "headroom: planning {describe} on the virtual clock: each level {} warm-up, {} window (simulated); run directory {}",
+        fmt_secs(settings.warmup),
+        fmt_secs(settings.measure),
+        dir.display()
+    );
+    let sweep = Sweep {
+        target: &target,
+        plans: &p.plans,
+        slo: &p.slo,
+        settings: &settings,
+        cancel: cancel.clone(),
+        progress: &progress,
+        on_result: &on_result,
+        clock_lag: None,
+        measurer: Some(&twin),
+    };
+    let result = sweep.run().await;
+    let log = files
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    eprintln!("{}", log.describe(dir));
+    if let Some(e) = &log.error {
+        bail!("could not write the run directory: {e}");
+    }
+    let exit = match &result.status {
+        _ if cancel.is_cancelled() => 130,
+        headroom_core::run::RunStatus::Stopped { .. } => 1,
+        _ if result.phases.iter().all(|p| p.capacity.is_none()) => 3,
+        _ => 0,
+    };
+    Ok(Planned {
+        gpu: gpu.to_string(),
+        dir: dir.to_path_buf(),
+        result,
+        exit,
+    })
+}
+
+/// The level a phase's capacity was found at.
+fn capacity_level(p: &PhaseResult) -> Option<&LevelResult> {
+    let c = p.capacity?;
+    p.levels.iter().find(|l| (l.load - c).abs() < 1e-9)
+}
+
+/// A server figure of a level, by name.
+fn figure(l: &LevelResult, name: &str) -> Option<f64> {
+    l.server.as_ref()?.figures.get(name).copied()
+}
+
+/// Replicas for `peak` with `headroom` kept, from one replica's capacity in the same unit.
+fn replicas(peak: f64, per_replica: f64, headroom: f64) -> Option<u64> {
+    let usable = per_replica * (1.0 - headroom);
+    (usable > 0.0).then(|| (peak / usable - 1e-9).ceil().max(1.0) as u64)
+}
+
+/// One replica's capacity in the peak's unit: the phase's capacity in its own mode, or for a
+/// request rate under a closed loop, the completions per second measured at that capacity.
+fn per_replica(p: &PhaseResult, peak: Peak) -> Option<f64> {
+    let l = capacity_level(p)?;
+    match (peak, p.mode) {
+        (Peak::Rate(_), LoadMode::Rate) | (Peak::Concurrency(_), LoadMode::Concurrency) => {
+            p.capacity
+        }
+        (Peak::Rate(_), LoadMode::Concurrency) => Some(l.request_rate_per_s),
+        (Peak::Concurrency(_), LoadMode::Rate) => None,
+    }
+}
+
+/// The plan table: per GPU and phase, the capacity at the SLO with its band, tokens/s, tokens
+/// per joule, KV use and, with a peak, the replicas.
+fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<10} {:<10} {:>18} {:>10} {:>10} {:>8} {:>8}{}\n",
+        "GPU",
+        "phase",
+        "capacity",
+        "tok/s",
+        "tok/J",
+        "KV use",
+        "power W",
+        if peak.is_some() { "  replicas" } else { "" }
+    ));
+    for pl in planned {
+        for p in &pl.result.phases {
+            let l = capacity_level(p);
+            let cap = match (p.capacity, &p.capacity_band) {
+                (Some(c), _) => headroom_report::fmt_load(c, p.mode),
+                (None, _) => "none passed".to_string(),
+            };
+            let tok = l.map(|l| l.output_tokens_per_s);
+            let power = l.and_then(|l| figure(l, "gpu_power_mean_w"));
+            let kv = l.and_then(|l| figure(l, "kv_cache_usage_mean_ratio"));
+            // The engine's generated tokens over the DCGM energy of the same window.
+            let per_j = l.and_then(|l| figure(l, "generation_tokens_per_joule"));
+            let f = |v: Option<f64>, d: usize| v.map_or("–".to_string(), |v| format!("{v:.d$}"));
+            let reps = peak.map(|pk| {
+                let want = match pk {
+                    Peak::Rate(x) | Peak::Concurrency(x) => x,
+                };
+                match per_replica(p, pk).and_then(|c| replicas(want, c, headroom)) {
+                    Some(n) => format!("  {n:>8}"),
+                    None => "  –".to_string(),
+                }
+            });
+            out.push_str(&format!(
+                "{:<10} {:<10} {:>18} {:>10} {:>10} {:>8} {:>8}{}\n",
+                pl.gpu,
+                p.name,
+                cap,
+                f(tok, 0),
+                f(per_j, 2),
+                kv.map_or("–".to_string(), |k| format!("{:.0}%", k * 100.0)),
+                f(power, 0),
+                reps.unwrap_or_default()
+            ));
+        }
+    }
+    out
+}
+
+/// Runs the plan; exit status 0 when every plan completed with a capacity, 3 when a GPU's found
+/// none, 130 when stopped by Ctrl-C or SIGTERM.
+pub async fn run(a: PlanArgs, argv: Vec<String>) -> Result<i32> {
+    let mut stop =
+        crate::StopSignal::install().context("cannot install the Ctrl-C and SIGTERM handlers")?;
+    let peak = a.peak.as_deref().map(parse_peak).transpose()?;
+    let headroom = parse_ratio(&a.headroom)
+        .ok()
+        .filter(|h| (0.0..1.0).contains(h))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--headroom {}: expected a share from 0 to below 100% (e.g. 20%)",
+                a.headroom
+            )
+        })?;
+    let p = prepare(&a)?;
+    let gpus: Vec<String> = match &a.compare_gpus {
+        Some(g) if !g.is_empty() => g.iter().map(|s| s.trim().to_lowercase()).collect(),
+        _ => vec![a.gpu.clone()],
+    };
+    let base = a.out.clone().unwrap_or_else(default_run_dir);
+    let cancel = CancellationFlag::new();
+    {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            let sig = stop.recv().await;
+            eprintln!("\nheadroom: {sig}: stopping after this level; finished levels are kept");
+            c.cancel();
+        });
+    }
+    let many = gpus.len() > 1;
+    let mut planned = Vec::new();
+    for gpu in &gpus {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let dir = if many { base.join(gpu) } else { base.clone() };
+        planned.push(plan_one(&a, &p, gpu, &dir, &argv, &cancel, many).await?);
+    }
+    if !many && let Some(pl) = planned.first() {
+        println!("{}", headroom_report::terminal::render(&pl.result));
+    }
+    println!(
+        "Plan ({}, simulated on the engine twin; figures at the capacity level){}:",
+        a.model,
+        peak.map_or(String::new(), |pk| format!(
+            "; replicas for a peak of {} with {:.0}% headroom",
+            match pk {
+                Peak::Rate(x) => format!("{} req/s", fmt_num(x)),
+                Peak::Concurrency(x) => format!("{} concurrent", fmt_num(x)),
+            },
+            headroom * 100.0
+        ))
+    );
+    print!("{}", table(&planned, peak, headroom));
+    for pl in &planned {
+        if many {
+            println!("{}: {}", pl.gpu, pl.dir.display());
+        }
+    }
+    Ok(planned.iter().map(|p| p.exit).max().unwrap_or(0))
+}
