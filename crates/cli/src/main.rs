@@ -9,6 +9,7 @@ mod sim_cmd;
 mod slo_cmd;
 mod plan_cmd;
 mod sweep_cmd;
+mod top;
 mod workload_as_run;
 
 use clap::{Parser, Subcommand};
@@ -49,6 +50,10 @@ enum Command {
     /// SLO-measuring reverse proxy: per-class TTFT/ITL/E2E at the request boundary, and
     /// per-class admission control (see --print-config).
     Gateway(gateway_cmd::GatewayArgs),
+    /// A live view of a server's SLO per class over sliding windows: each objective against
+    /// its threshold, the burn rate, the engine's phases, KV cache, queue and the GPU witness.
+    /// Plain `key=value` lines when stdout is no terminal (or with --plain).
+    Top(top::TopArgs),
 }
 
 /// The process's stop request: Ctrl-C (SIGINT) or, on Unix, SIGTERM (what `kill`, `timeout` and
@@ -167,6 +172,7 @@ fn main() -> ExitCode {
             Command::Report(a) => report_cmd::run(a).await,
             Command::Slo(a) => slo_cmd::run(a).await,
             Command::Gateway(a) => gateway_cmd::run(a).await.map(|()| 0),
+            Command::Top(a) => top::run(a).await,
         }
     });
     match result {

@@ -150,6 +150,18 @@ impl Signal {
         }
     }
 
+    /// The server histogram of an SLO's latency signal (TTFT, ITL, TPOT, E2E, queue time).
+    pub fn of_latency(s: headroom_core::LatencySignal) -> Signal {
+        use headroom_core::LatencySignal as L;
+        match s {
+            L::Ttft => Signal::Ttft,
+            L::Itl => Signal::Itl,
+            L::Tpot => Signal::Tpot,
+            L::E2e => Signal::E2e,
+            L::QueueTime => Signal::QueueTime,
+        }
+    }
+
     /// snake_case name used in JSON and in [`crate::window::Window::missing`].
     pub fn name(self) -> String {
         serde_json::to_value(self)
@@ -837,6 +849,56 @@ fn read_values(exp: &Exposition, m: &Mapping, sel: &Selection, snap: &mut Engine
     false
 }
 
+/// The series of the classic histogram `base` (`<base>_bucket`, `_sum`, `_count`) whose labels
+/// `keep` selects, by identity (labels without `le`): cumulative `(le, count)` pairs in body
+/// order, `_sum` and `_count` as written (NaN when absent), and the identities whose `_count`
+/// was written. No check: see [`quality::check_histogram`].
+pub fn series_histograms(
+    exp: &Exposition,
+    base: &str,
+    keep: impl Fn(&Labels) -> bool,
+) -> (
+    BTreeMap<Labels, SeriesHistogram>,
+    std::collections::BTreeSet<Labels>,
+) {
+    let mut by_series: BTreeMap<Labels, SeriesHistogram> = BTreeMap::new();
+    for s in exp.samples(&format!("{base}_bucket")) {
+        if !keep(&s.labels) {
+            continue;
+        }
+        let Some(le) = s.labels.get("le").and_then(parse_le) else {
+            continue;
+        };
+        let id = s.labels.without(&["le"]);
+        by_series
+            .entry(id.clone())
+            .or_insert_with(|| SeriesHistogram {
+                series: id,
+                buckets: Vec::new(),
+                sum: f64::NAN,
+                count: f64::NAN,
+            })
+            .buckets
+            .push((le, s.value));
+    }
+    let mut count_given = std::collections::BTreeSet::new();
+    if by_series.is_empty() {
+        return (by_series, count_given);
+    }
+    for s in exp.samples(&format!("{base}_sum")) {
+        if let Some(h) = by_series.get_mut(&s.labels) {
+            h.sum = s.value;
+        }
+    }
+    for s in exp.samples(&format!("{base}_count")) {
+        if let Some(h) = by_series.get_mut(&s.labels) {
+            h.count = s.value;
+            count_given.insert(s.labels.clone());
+        }
+    }
+    (by_series, count_given)
+}
+
 fn read_histogram(
     exp: &Exposition,
     m: &Mapping,
@@ -845,40 +907,12 @@ fn read_histogram(
 ) -> bool {
     for base in m.names {
         let bucket_name = format!("{base}_bucket");
-        let mut by_series: BTreeMap<Labels, SeriesHistogram> = BTreeMap::new();
-        for s in exp.samples(&bucket_name) {
-            if !sel.matches(&s.labels) {
-                continue;
-            }
-            let Some(le) = s.labels.get("le").and_then(parse_le) else {
-                continue;
-            };
-            let id = s.labels.without(&["le"]);
-            by_series
-                .entry(id.clone())
-                .or_insert_with(|| SeriesHistogram {
-                    series: id,
-                    buckets: Vec::new(),
-                    sum: f64::NAN,
-                    count: f64::NAN,
-                })
-                .buckets
-                .push((le, s.value));
-        }
+        let (mut by_series, count_given) = series_histograms(exp, base, |l| sel.matches(l));
         if by_series.is_empty() {
             continue;
         }
-        for s in exp.samples(&format!("{base}_sum")) {
-            if let Some(h) = by_series.get_mut(&s.labels) {
-                h.sum = s.value * m.scale;
-            }
-        }
-        let mut count_given = std::collections::BTreeSet::new();
-        for s in exp.samples(&format!("{base}_count")) {
-            if let Some(h) = by_series.get_mut(&s.labels) {
-                h.count = s.value;
-                count_given.insert(s.labels.clone());
-            }
+        for h in by_series.values_mut() {
+            h.sum *= m.scale;
         }
         let mut bad: Vec<DataWarning> = Vec::new();
         for part in [
