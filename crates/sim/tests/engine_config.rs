@@ -14,7 +14,11 @@ fn spec(gpu: &str, model: &str) -> SimSpec {
 
 #[test]
 fn kv_pool_matches_the_reference_table() {
-    // simulator.md §4.3: thousands of KV tokens at util 0.9 (bf16, TP 1).
+    // simulator.md §4.3: thousands of KV tokens at util 0.9 (bf16, TP 1). The table was computed
+    // with a fixed ≈ 1 GiB non-KV reserve and nvidia-smi's total; the twin now keeps out what
+    // vLLM's profiler does (CUDA graphs, CUDA's smaller device total; checked against a published
+    // 2588-block start-up on a 24 GB card in engine_fidelity), which takes up to 8 % off the
+    // small pools (Qwen2.5-7B on a 24 GB card: 86k against 93k).
     let table = [
         ("a10g", "qwen2.5-3b", 393.0),
         ("a10g", "qwen2.5-0.5b", 1606.0),
@@ -33,7 +37,7 @@ fn kv_pool_matches_the_reference_table() {
         let got = c.kv_cache_tokens() as f64 / 1000.0;
         let err = (got - k_tokens) / k_tokens;
         assert!(
-            err.abs() < 0.05,
+            err.abs() < 0.08,
             "{gpu}/{model}: {got:.0}k tokens vs {k_tokens}k ({:+.1} %)",
             err * 100.0
         );
@@ -82,8 +86,9 @@ fn fp8_and_tensor_parallel_grow_the_pool() {
     .unwrap()
     .kv_cache_tokens() as f64;
     // simulator.md §3.5: 35k → 96k tokens with every weight in fp8. This twin keeps the embedding
-    // and LM head in bf16 as vLLM's fp8 checkpoints do (1 GB more), so ≈ 88k: within 10 %.
-    assert!((fp8 / 1000.0 - 96.0).abs() < 9.6, "fp8 pool {fp8}");
+    // and LM head in bf16 as vLLM's fp8 checkpoints do (1 GB more) and the profiler's non-KV
+    // reserve (CUDA graphs, CUDA's device total: 0.6 GiB more), so ≈ 83k: within 15 %.
+    assert!((fp8 / 1000.0 - 96.0).abs() < 14.4, "fp8 pool {fp8}");
     assert!(fp8 > 2.5 * bf16);
     let tp2 = SimSpec {
         tensor_parallel: 2,
@@ -238,5 +243,93 @@ fn custom_presets_from_yaml_files() {
     });
     assert_eq!(e.field, "custom_gpu_file");
     assert!(e.message.contains("bad.yaml"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Every built-in GPU preset states where its timing constants come from, in a form code reads
+/// (a capacity plan warns on estimated ones); the new parts carry datasheet values, dense peaks.
+#[test]
+fn gpu_presets_carry_provenance_and_datasheet_values() {
+    let gpus = headroom_sim::engine::spec::builtin_gpus();
+    let text = include_str!("../presets/gpus.yaml");
+    let stated = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("provenance:"))
+        .count();
+    assert_eq!(
+        stated,
+        gpus.len(),
+        "a preset relies on the default provenance"
+    );
+    for name in ["a10g", "rtx-4090", "l40s", "h200", "b200", "mi300x"] {
+        assert!(gpus.contains_key(name), "no preset {name}");
+    }
+    for (name, g) in &gpus {
+        assert!(
+            !g.provenance().source().is_empty(),
+            "{name}: provenance without a source or basis"
+        );
+    }
+    assert!(!gpus["a10g"].provenance().is_estimated());
+    for name in ["l40s", "h200", "b200", "mi300x", "h100-pcie"] {
+        assert!(gpus[name].provenance().is_estimated(), "{name}");
+    }
+    // Ada whitepaper (RTX 4090): 1008 GB/s, BF16 165.2 / FP8 330.3 TFLOP/s dense, 450 W.
+    let r = &gpus["rtx-4090"];
+    assert_eq!(
+        (r.mem_bw_gbps, r.bf16_tflops, r.fp8_tflops, r.tdp_w),
+        (1008.0, 165.2, Some(330.3), 450.0)
+    );
+    // HGX B200 datasheet per GPU: 8 TB/s, BF16 2.25 / FP8 4.5 PFLOP/s dense, 1000 W.
+    let b = &gpus["b200"];
+    assert_eq!(
+        (b.mem_bw_gbps, b.bf16_tflops, b.fp8_tflops, b.tdp_w),
+        (8000.0, 2250.0, Some(4500.0), 1000.0)
+    );
+    // Sparse figures never: dense FP8 is twice dense BF16 on every part that has it.
+    for (name, g) in &gpus {
+        if let Some(f8) = g.fp8_tflops {
+            let ratio = f8 / g.bf16_tflops;
+            assert!((1.9..=2.1).contains(&ratio), "{name}: FP8/BF16 {ratio}");
+        }
+    }
+}
+
+/// A custom preset without `provenance` is estimated; one with it reads back as written.
+#[test]
+fn custom_preset_provenance_defaults_to_estimated() {
+    let base = include_str!("../presets/gpus.yaml");
+    let block: String = base
+        .split("\nl4:\n")
+        .next()
+        .and_then(|head| head.split("\na10g:\n").nth(1))
+        .expect("a10g block")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("provenance:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let dir = std::env::temp_dir().join(format!("hr-prov-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("gpus.yaml");
+    std::fs::write(
+        &p,
+        format!(
+            "mine:\n{block}\nmeasured:\n{block}  provenance: {{kind: measured, source: \"our bench, vLLM 0.32\"}}\n"
+        ),
+    )
+    .unwrap();
+    let resolve = |gpu: &str| {
+        SimSpec {
+            gpu: gpu.into(),
+            custom_gpu_file: Some(p.clone()),
+            ..spec("a10g", "qwen2.5-3b")
+        }
+        .resolve()
+        .unwrap()
+    };
+    assert!(resolve("mine").gpu.provenance().is_estimated());
+    let m = resolve("measured");
+    assert!(!m.gpu.provenance().is_estimated());
+    assert_eq!(m.gpu.provenance().source(), "our bench, vLLM 0.32");
     std::fs::remove_dir_all(&dir).ok();
 }

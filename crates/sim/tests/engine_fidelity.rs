@@ -9,18 +9,28 @@
 //! - c = 32: prompts of 50 tokens, outputs U[512, 1024].
 //!
 //! Published figures: TTFT 51 ms, ITL 16.2 ms, prefill 38 ms, decode 1665 ms (c = 8);
-//! 1627 generated tokens/s, KV usage 2.8 %, 240 W (c = 32).
+//! 1627 generated tokens/s, KV usage 2.8 %, 240 W, DRAM active 80.4 %, tensor active 16.6 %
+//! (c = 32).
+//!
+//! Where capacity decisions are made (CALIBRATION.md, "Fidelity where capacity is decided"): the
+//! KV pool against a published vLLM start-up figure on a 24 GB card, FP8 against BF16 against
+//! published H100 speedups, and power in compute-bound steps against the prompt phase's draw.
 
 use headroom_sim::{Engine, Load, NewRequest, SimSpec, VirtualOptions, VirtualRun, run_virtual};
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 
 fn walkthrough_engine(seed: u64) -> Engine {
+    walkthrough_engine_with(seed, false)
+}
+
+fn walkthrough_engine_with(seed: u64, frontend_cpu_queue: bool) -> Engine {
     let spec = SimSpec {
         gpu: "a10g".into(),
         model: "qwen2.5-3b".into(),
         max_model_len: Some(4096),
         seed,
+        frontend_cpu_queue,
         ..SimSpec::default()
     };
     Engine::new(spec.resolve().expect("walkthrough spec resolves")).expect("engine builds")
@@ -81,7 +91,11 @@ struct C8 {
 }
 
 fn run_c8(seed: u64) -> C8 {
-    let mut e = walkthrough_engine(seed);
+    run_c8_with(seed, false)
+}
+
+fn run_c8_with(seed: u64, frontend_cpu_queue: bool) -> C8 {
+    let mut e = walkthrough_engine_with(seed, frontend_cpu_queue);
     let reqs = requests(400, seed, (40, 60), 16, (84, 124));
     let load = Load::Closed {
         concurrency: 8,
@@ -109,10 +123,16 @@ struct C32 {
     kv_usage: f64,
     power_w: f64,
     temp_c: f64,
+    dram_active: f64,
+    tensor_active: f64,
 }
 
 fn run_c32(seed: u64) -> (C32, VirtualRun) {
-    let mut e = walkthrough_engine(seed);
+    run_c32_with(seed, false)
+}
+
+fn run_c32_with(seed: u64, frontend_cpu_queue: bool) -> (C32, VirtualRun) {
+    let mut e = walkthrough_engine_with(seed, frontend_cpu_queue);
     let reqs = requests(700, seed, (50, 50), 0, (512, 1024));
     let load = Load::Closed {
         concurrency: 32,
@@ -133,7 +153,11 @@ fn run_c32(seed: u64) -> (C32, VirtualRun) {
     let last = s.last().expect("samples");
     let tok_s = (last.generation_tokens - first.generation_tokens) as f64 / (last.t_s - first.t_s);
     let n = s.len() as f64;
+    // dcgm-exporter's reading at the end of the steady window (1 s averages).
+    let r = e.telemetry().read(run.end_s.min(300.0));
     let c = C32 {
+        dram_active: r.dram_active_ratio,
+        tensor_active: r.tensor_active_ratio,
         tok_s,
         kv_usage: s.iter().map(|x| x.kv_cache_usage).sum::<f64>() / n,
         power_w: s.iter().map(|x| x.power_w).sum::<f64>() / n,
@@ -167,6 +191,9 @@ fn a10g_qwen3b_c32_throughput_and_power_match_the_walkthrough() {
     );
     within("generated tok/s", c.tok_s, 1627.0, 0.15);
     within("power (W)", c.power_w, 240.0, 0.15);
+    // Seed guide step 6: "dram_active_pct 80.4, tensor_active_pct 16.6" at c = 32.
+    within("DCGM DRAM active", c.dram_active, 0.804, 0.15);
+    within("DCGM tensor active", c.tensor_active, 0.166, 0.15);
     // Walkthrough: 73 °C at 240 W.
     within("GPU temperature (°C)", c.temp_c, 73.0, 0.15);
     // The time-averaged gauge of a steady closed loop is what simulator.md §5.2's DES predicts
@@ -181,9 +208,14 @@ fn a10g_qwen3b_c32_throughput_and_power_match_the_walkthrough() {
 #[test]
 fn a10g_qwen3b_c32_kv_reading_matches_the_walkthrough() {
     let mut e = walkthrough_engine(3);
-    // 24,550 blocks: 0.9 × 23,028 MiB − 5.75 GiB weights − non-KV (simulator.md §3.4, §4.3).
-    let blocks = e.config().num_gpu_blocks;
-    within("KV pool (blocks)", f64::from(blocks), 24_500.0, 0.02);
+    // simulator.md §5.2: 0.9 × the card − 5.75 GiB weights − 0.7–1.5 GiB non-KV ⇒ 23.6k–25.1k
+    // blocks (the published run does not print its pool; the range is the reference's).
+    let blocks = f64::from(e.config().num_gpu_blocks);
+    println!("KV pool (blocks)             model {blocks:>10.0}  reference 23,600–25,100");
+    assert!(
+        (23_600.0..=25_100.0).contains(&blocks),
+        "KV pool {blocks} blocks outside simulator.md §5.2's 23.6k–25.1k"
+    );
     for r in requests(32, 3, (50, 50), 0, (512, 1024)) {
         e.add_request(r, 0.0);
     }
@@ -198,4 +230,122 @@ fn a10g_qwen3b_c32_kv_reading_matches_the_walkthrough() {
         0.028,
         0.15,
     );
+}
+
+fn resolve(gpu: &str, model: &str, dtype: &str) -> headroom_sim::EngineConfig {
+    SimSpec {
+        gpu: gpu.into(),
+        model: model.into(),
+        dtype: dtype.into(),
+        max_model_len: Some(4096),
+        ..SimSpec::default()
+    }
+    .resolve()
+    .expect("spec resolves")
+}
+
+/// vLLM's start-up profiler on a 24 GB card: RTX 4090, Llama-3.1-8B bf16, utilisation 0.9,
+/// API-server defaults (2048 batched tokens, 256 sequences) resolved 2588 GPU blocks
+/// (LLMServingSim's vLLM run, simulator.md §3.4). Before the non-KV reserve counted the CUDA
+/// graph pool and CUDA's own device total, the twin gave 2858 (+10.4 %).
+#[test]
+fn kv_pool_on_a_24gb_card_matches_vllms_profiler() {
+    let cfg = resolve("rtx-4090", "llama-3.1-8b", "bf16");
+    within(
+        "RTX 4090 Llama-8B GPU blocks",
+        f64::from(cfg.num_gpu_blocks),
+        2588.0,
+        0.03,
+    );
+    println!("  {}", cfg.kv_log_lines()[0]);
+}
+
+/// FP8 W8A8 is not 2× BF16 where it matters, in compute-bound prefill: published H100 figures
+/// put it at 1.4–1.8× (NVIDIA's quoted 1.6–1.8×, about 1.4× as the floor of a tuned
+/// migration, fastpriors.com "FP8 inference on H100"; 1.6× generation throughput on
+/// Llama-3-8B, 7,437 → 11,921 tok/s). One 2048-token chunk of Llama-3.1-8B on an H100 SXM.
+#[test]
+fn fp8_prefill_is_faster_than_bf16_but_below_twice() {
+    let step = |dtype: &str| {
+        let cfg = resolve("h100-sxm", "llama-3.1-8b", dtype);
+        let m = headroom_sim::engine::timing::StepModel::new(&cfg);
+        let mut w = headroom_sim::engine::timing::StepWork::default();
+        w.add(0, 2048, true);
+        m.cost(&w, 1.0).duration_s
+    };
+    let speedup = step("bf16") / step("fp8");
+    println!("FP8 / BF16 prefill speedup     model {speedup:>10.3}  published 1.4–1.8");
+    assert!(
+        (1.4..=1.8).contains(&speedup),
+        "FP8 prefill speedup {speedup:.2}× outside the published 1.4–1.8×"
+    );
+}
+
+/// Power rises with compute intensity. Splitwise (Patel et al., ISCA 2024, §III) measures the
+/// prompt phase of LLM inference drawing close to the board limit on A100/H100 while the token
+/// phase draws well below it; the walkthrough's memory-bound decode draws 240 W of the A10G's
+/// 300 W. Long prompts (2000 tokens, 8 tokens out) in a closed loop make most steps 2048-token
+/// prefill chunks.
+#[test]
+fn compute_bound_prefill_draws_more_power_than_decode() {
+    let mut e = walkthrough_engine(5);
+    let reqs = requests(200, 5, (2000, 2000), 0, (8, 8));
+    let load = Load::Closed {
+        concurrency: 8,
+        requests: reqs,
+        ramp_s: 0.0,
+        think_s: 0.0,
+    };
+    let opts = VirtualOptions {
+        until_s: Some(60.0),
+        sample_every_s: Some(1.0),
+        ..VirtualOptions::default()
+    };
+    let run = run_virtual(&mut e, load, &opts);
+    let s: Vec<_> = run.samples.iter().filter(|s| s.t_s >= 20.0).collect();
+    let power = s.iter().map(|x| x.power_w).sum::<f64>() / s.len() as f64;
+    println!("prefill-bound power (W)      model {power:>10.1}  decode (published) 240, TDP 300");
+    assert!(
+        power > 240.0 * 1.1,
+        "prefill-bound power {power:.0} W not above the decode point (240 W)"
+    );
+    assert!(
+        power >= 0.9 * 300.0,
+        "prefill-bound power {power:.0} W not near the 300 W board limit"
+    );
+}
+
+/// The frontend as one CPU queue (`frontend_cpu_queue`, off by default) keeps the walkthrough's
+/// figures within the same ±15 %: at c = 8 the frontend is idle most of the time, and at c = 32
+/// the 2 ms between a request's end and the client's next one costs little of a 1–2 s request.
+#[test]
+fn frontend_queue_keeps_the_walkthrough_and_serialises_bursts() {
+    let c = run_c8_with(1, true);
+    within("queue on: TTFT mean (ms)", c.ttft_ms, 51.0, 0.15);
+    within("queue on: ITL mean (ms)", c.itl_ms, 16.2, 0.15);
+    let (c32, _) = run_c32_with(2, true);
+    within("queue on: generated tok/s", c32.tok_s, 1627.0, 0.15);
+    let ttft_at = |queue: bool| {
+        let mut e = walkthrough_engine_with(7, queue);
+        // Open loop, bursts of 20 requests every 200 ms (8-token answers): the engine keeps up, the one
+        // frontend process serves each burst one request after another.
+        let arrivals = requests(1200, 7, (40, 60), 0, (8, 8))
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| ((i / 20) as f64 * 0.2, r))
+            .collect();
+        let load = Load::Open { arrivals };
+        let run = run_virtual(&mut e, load, &VirtualOptions::default());
+        assert!(!run.stalled);
+        let h = &e.stats().ttft;
+        h.sum() / h.count() as f64 * 1e3
+    };
+    let (fixed, queued) = (ttft_at(false), ttft_at(true));
+    println!(
+        "TTFT, bursts of 20, 8-token answers: fixed delay {fixed:.1} ms, CPU queue {queued:.1} ms"
+    );
+    // A burst reaches the engine core spread by the frontend's per-request CPU time, so the
+    // engine prefills it over several steps instead of one 1000-token step: here TTFT falls.
+    // The load that makes the queue raise TTFT is not yet pinned by a measurement.
+    assert!((queued - fixed).abs() > 1.0, "{queued} vs {fixed}");
 }

@@ -201,6 +201,14 @@ pub struct Engine {
     stats: VllmStats,
     telemetry: Telemetry,
     frontend_in_s: f64,
+    /// CPU-bound share of the frontend delay per request (s, `time_scale` applied).
+    frontend_service_s: f64,
+    /// Frontend time per streamed output chunk (s, `time_scale` applied).
+    frontend_chunk_s: f64,
+    /// When the frontend process is next free (s, engine clock); used with `frontend_cpu_queue`.
+    frontend_free_s: f64,
+    /// The last step's output chunks (landing time s, frontend work s), not yet in `frontend_free_s`.
+    frontend_chunks: Option<(f64, f64)>,
     filler_ids: Vec<u32>,
     created_unix_s: f64,
 }
@@ -268,6 +276,10 @@ impl Engine {
         Ok(Engine {
             recent_queue: Vec::new(),
             frontend_in_s: cfg.gpu.frontend_in_ms * 1e-3 * cfg.time_scale,
+            frontend_service_s: spec::FRONTEND_REQUEST_CPU_MS * 1e-3 * cfg.time_scale,
+            frontend_chunk_s: spec::FRONTEND_CHUNK_US * 1e-6 * cfg.time_scale,
+            frontend_free_s: 0.0,
+            frontend_chunks: None,
             rng: Xoshiro256PlusPlus::seed_from_u64(cfg.seed ^ 0x5eed_0000_0000_0001),
             cfg,
             model,
@@ -334,7 +346,10 @@ impl Engine {
     }
 
     /// Submits a request arriving at `now_s` (vLLM `arrival_time`). It reaches the engine core's
-    /// waiting queue after the frontend delay (`queued_ts = now_s + frontend_in × time_scale`).
+    /// waiting queue after the frontend delay (`queued_ts = now_s + frontend_in × time_scale`);
+    /// with [`EngineConfig::frontend_cpu_queue`] the delay is service on one frontend process,
+    /// queued behind earlier requests and output chunks, so it grows under load. Requests are
+    /// expected in order of `now_s`.
     pub fn add_request(&mut self, req: NewRequest, now_s: f64) -> RequestId {
         let uid = self.next_uid;
         self.next_uid += 1;
@@ -361,7 +376,24 @@ impl Engine {
                 reason = FinishReason::Stop;
             }
         }
-        let queued_s = now_s + self.frontend_in_s;
+        let queued_s = if self.cfg.frontend_cpu_queue {
+            // One frontend process: the request's own service (template, tokenisation, IPC)
+            // starts when the process is free of earlier requests and output chunks.
+            // Of `frontend_in`, the CPU-bound share is serial; the rest (IPC, the event loop's
+            // hand-off) is latency that overlaps other requests.
+            let service = self.frontend_service_s.min(self.frontend_in_s);
+            if self
+                .frontend_chunks
+                .is_some_and(|(landed, _)| now_s >= landed)
+            {
+                self.commit_frontend_chunks();
+            }
+            let start = now_s.max(self.frontend_free_s);
+            self.frontend_free_s = start + service;
+            self.frontend_free_s + (self.frontend_in_s - service)
+        } else {
+            now_s + self.frontend_in_s
+        };
         let mut r = Request {
             uid,
             prompt,
@@ -499,6 +531,15 @@ impl Engine {
         self.execute(now_s, &exec, &mut result);
         exec.clear();
         self.next_batch = exec;
+        if self.cfg.frontend_cpu_queue && !result.tokens.is_empty() {
+            // The frontend process detokenises and streams this step's outputs when they land.
+            // Held until then: a caller may still add a request that arrived before they landed
+            // (the virtual clock adds arrivals up to one step late), which is served first.
+            self.commit_frontend_chunks();
+            let landed = now_s + result.duration_s;
+            self.frontend_chunks =
+                Some((landed, result.tokens.len() as f64 * self.frontend_chunk_s));
+        }
 
         if result.duration_s == 0.0
             && result.tokens.is_empty()
@@ -510,6 +551,13 @@ impl Engine {
             result.duration_s = (self.req(slot).queued_s - now_s).max(0.0);
         }
         result
+    }
+
+    /// Adds the held output chunks (landing time, CPU work) to the frontend's busy time.
+    fn commit_frontend_chunks(&mut self) {
+        if let Some((landed, work)) = self.frontend_chunks.take() {
+            self.frontend_free_s = self.frontend_free_s.max(landed) + work;
+        }
     }
 
     /// Time at which the next queued request reaches the engine core, if any is in the frontend.

@@ -79,12 +79,58 @@ pub enum Interconnect {
     Xgmi,
 }
 
+/// Where a GPU preset's timing constants (`mbu`, host overheads) come from.
+///
+/// In YAML: `provenance: {kind: measured, source: "…"}` or `provenance: {kind: estimated,
+/// basis: "…"}`; a preset without the field (a custom file written before it existed) is
+/// estimated. A capacity plan on an estimated preset is a datasheet projection, not a fit to a
+/// measured server, and should say so.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Provenance {
+    /// Fit to a public measurement of vLLM on this GPU; `source` names it (page, figure, version).
+    Measured {
+        /// The measurement the constants were fit to.
+        source: String,
+    },
+    /// Datasheet values with efficiency factors carried over from similar GPUs.
+    Estimated {
+        /// What the estimate rests on (datasheet, which GPU's factors), if stated.
+        #[serde(default)]
+        basis: Option<String>,
+    },
+}
+
+impl Default for Provenance {
+    fn default() -> Self {
+        Provenance::Estimated { basis: None }
+    }
+}
+
+impl Provenance {
+    /// Whether the constants are estimates rather than a fit to a measurement.
+    pub fn is_estimated(&self) -> bool {
+        matches!(self, Provenance::Estimated { .. })
+    }
+
+    /// The measurement's source, or the estimate's basis (empty when none was given).
+    pub fn source(&self) -> &str {
+        match self {
+            Provenance::Measured { source } => source,
+            Provenance::Estimated { basis } => basis.as_deref().unwrap_or(""),
+        }
+    }
+}
+
 /// One GPU preset (a row of simulator.md §4.1 plus the calibrated constants of §3.2–§3.6).
 ///
 /// Units are in the field names: MiB, GB/s (1e9 B/s), TFLOP/s (1e12, dense), W, °C, MHz, ms, µs.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuPreset {
+    /// Whether the timing constants were fit to a measurement ([`GpuPreset::provenance`]).
+    #[serde(default)]
+    pub provenance: Provenance,
     /// dcgm-exporter `modelName` label, e.g. `NVIDIA A10G`.
     pub display_name: String,
     /// Other accepted spellings of the preset name.
@@ -140,6 +186,19 @@ pub struct GpuPreset {
     pub slowdown_c: f64,
     /// Whether the GPU reports a memory temperature (HBM parts do; GDDR parts report 0).
     pub has_memory_temp: bool,
+}
+
+impl GpuPreset {
+    /// Where this preset's timing constants come from (measured with its source, or estimated).
+    pub fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+
+    /// Memory CUDA reports as the device total (`cudaMemGetInfo`, what vLLM multiplies by
+    /// `gpu_memory_utilization`): nvidia-smi's total less the driver's reserve (MiB).
+    pub fn cuda_visible_mib(&self) -> f64 {
+        self.memory_mib - self.fb_reserved_mib
+    }
 }
 
 /// One model preset (a row of simulator.md §4.2, from the model's Hugging Face `config.json`).
@@ -213,8 +272,8 @@ impl WeightDtype {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SimSpec {
-    /// GPU preset name (`a10g`, `l4`, `l40s`, `a100-40gb`, `a100-80gb`, `h100-sxm`, `h100-pcie`,
-    /// `h200`, `mi300x`) or a name from `custom_gpu_file`.
+    /// GPU preset name (`a10g`, `l4`, `rtx-4090`, `l40s`, `a100-40gb`, `a100-80gb`, `h100-sxm`,
+    /// `h100-pcie`, `h200`, `b200`, `mi300x`) or a name from `custom_gpu_file`.
     pub gpu: String,
     /// Model preset name (`qwen2.5-0.5b`, `qwen2.5-1.5b`, `qwen2.5-3b`, `qwen2.5-7b`, `llama-3.1-8b`,
     /// `llama-3.1-70b`, `mistral-7b`) or a name from `custom_model_file`.
@@ -275,6 +334,13 @@ pub struct SimSpec {
     /// request, exact) and leaves the other fields out.
     #[serde(alias = "enable-per-request-metrics")]
     pub enable_per_request_metrics: bool,
+    /// Model the frontend as one CPU process that serves each request (`frontend_in_ms`) and
+    /// each streamed output chunk ([`FRONTEND_CHUNK_US`]) in turn, so TTFT rises under load, and
+    /// make closed-loop clients of the virtual clock send their next request
+    /// [`FRONTEND_OUT_MS`] after the last token. Off by default: it changes the calibrated
+    /// A10G figures other tests assert (CALIBRATION.md, "Frontend queue").
+    #[serde(alias = "frontend-cpu-queue")]
+    pub frontend_cpu_queue: bool,
 }
 
 impl Default for SimSpec {
@@ -299,6 +365,7 @@ impl Default for SimSpec {
             custom_gpu_file: None,
             custom_model_file: None,
             enable_per_request_metrics: false,
+            frontend_cpu_queue: false,
         }
     }
 }
@@ -349,6 +416,9 @@ pub struct EngineConfig {
     pub kv_bytes_per_token: f64,
     /// Weight bytes per GPU.
     pub weight_bytes_per_gpu: f64,
+    /// What vLLM's start-up profiler keeps out of the KV pool per GPU besides the weights (B):
+    /// see [`non_kv_bytes`].
+    pub non_kv_bytes_per_gpu: f64,
     /// vLLM `--enable-prefix-caching`.
     pub enable_prefix_caching: bool,
     /// Async scheduling (vLLM's default): the scheduler works one step ahead of the GPU.
@@ -361,9 +431,36 @@ pub struct EngineConfig {
     pub step_jitter_sigma: f64,
     /// Engine-modelled faults.
     pub faults: FaultConfig,
+    /// The frontend is one CPU queue and closed-loop clients wait [`FRONTEND_OUT_MS`] between a
+    /// request's last token and their next request ([`SimSpec::frontend_cpu_queue`]).
+    pub frontend_cpu_queue: bool,
 }
 
+/// Frontend CPU time per request (ms): chat template, tokenisation, request validation on the
+/// one API-server process; the rest of `frontend_in_ms` is IPC and hand-off latency that overlaps
+/// other requests. Estimate (BLIS's α₁ of about 1.8 ms per request; not measured on vLLM).
+pub const FRONTEND_REQUEST_CPU_MS: f64 = 2.0;
+
+/// Frontend CPU time per streamed output chunk (µs): detokenisation and the SSE write. BLIS's
+/// fitted α₂ is 46 µs per output token (simulator.md §3.2).
+pub const FRONTEND_CHUNK_US: f64 = 50.0;
+
+/// Time from a request's last token to the client holding the finished response (ms): final
+/// detokenisation, the last SSE events, the connection's close (simulator.md §3.2, "frontend out").
+pub const FRONTEND_OUT_MS: f64 = 2.0;
+
 impl EngineConfig {
+    /// Gap a closed-loop client leaves between a request's last token and its next request on
+    /// the virtual clock (s, `time_scale` applied): [`FRONTEND_OUT_MS`] with
+    /// `frontend_cpu_queue`, else 0.
+    pub fn client_gap_s(&self) -> f64 {
+        if self.frontend_cpu_queue {
+            FRONTEND_OUT_MS * 1e-3 * self.time_scale
+        } else {
+            0.0
+        }
+    }
+
     /// Usable KV tokens (`(num_gpu_blocks − 1) × block_size`), what vLLM logs as "GPU KV cache size".
     pub fn kv_cache_tokens(&self) -> u64 {
         u64::from(self.num_gpu_blocks.saturating_sub(1)) * u64::from(self.block_size)
@@ -690,6 +787,36 @@ fn check_model(name: &str, m: &ModelPreset) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Memory outside PyTorch that vLLM's profiler sees grow during its dummy run (cuBLAS/NCCL
+/// workspaces): published start-up logs print `non_torch_memory takes 0.05–0.20GiB`.
+pub const NON_TORCH_BYTES: f64 = 0.2 * GIB;
+
+/// The CUDA-graph pool vLLM budgets for its decode graphs (capture sizes up to 512): start-up logs
+/// print `Graph capturing finished in N secs, took 0.5–1 GiB`.
+pub const CUDA_GRAPH_BYTES: f64 = 0.6 * GIB;
+
+/// Bytes per GPU that vLLM's profiler leaves out of the KV pool besides the weights
+/// (simulator.md §2.3, §3.4; vLLM `gpu_worker.determine_available_memory`):
+/// [`NON_TORCH_BYTES`] + [`CUDA_GRAPH_BYTES`] + the activation peak of a
+/// `max_num_batched_tokens` dummy forward (the MLP's gate/up output and residuals,
+/// `T·(2·ffn/TP + 4·d)·2 B`) + the sampler's dummy run on `max_num_seqs` rows of fp32 logits
+/// (logits and one working copy, `S·V·4 B·2`).
+///
+/// Checked against a published vLLM start-up figure: RTX 4090, Llama-3.1-8B, utilisation 0.9,
+/// 2588 GPU blocks (simulator.md §3.4); see CALIBRATION.md.
+pub fn non_kv_bytes(
+    model: &ModelPreset,
+    tensor_parallel: u32,
+    max_num_batched_tokens: u32,
+    max_num_seqs: u32,
+) -> f64 {
+    let d = f64::from(model.hidden_size);
+    let ffn_per_gpu = f64::from(model.intermediate_size) / f64::from(tensor_parallel);
+    let activations = f64::from(max_num_batched_tokens) * (2.0 * ffn_per_gpu + 4.0 * d) * 2.0;
+    let sampler = f64::from(max_num_seqs) * f64::from(model.vocab_size) * 4.0 * 2.0;
+    NON_TORCH_BYTES + CUDA_GRAPH_BYTES + activations + sampler
+}
+
 impl SimSpec {
     /// Resolves presets, applies vLLM's defaults and sizes the KV pool.
     ///
@@ -847,13 +974,11 @@ impl SimSpec {
             * 2.0;
         let block_bytes = kv_bytes_per_token * f64::from(BLOCK_SIZE);
         let total = gpu.memory_mib * MIB;
-        // simulator.md §3.4: cudagraph pool + non-torch + activation peak + sampler logits.
-        let non_kv = 0.6 * GIB
-            + f64::from(max_num_batched_tokens)
-                * (2.0 * f64::from(model.intermediate_size) / f64::from(tp) + 4.0 * d)
-                * 2.0
-            + f64::from(max_num_seqs) * v * 4.0 * 2.0;
-        let available = total * util - weight_bytes_per_gpu - non_kv;
+        // vLLM multiplies CUDA's device total (nvidia-smi's less the driver's reserve) by the
+        // utilisation, then subtracts what its profiler measured (`determine_available_memory`).
+        let visible = gpu.cuda_visible_mib() * MIB;
+        let non_kv = non_kv_bytes(&model, tp, max_num_batched_tokens, max_num_seqs);
+        let available = visible * util - weight_bytes_per_gpu - non_kv;
 
         // simulator.md §3.4 / vLLM `kv_cache_utils.get_num_blocks`: floor(available / block).
         let (num_gpu_blocks, overridden) = match self.num_gpu_blocks_override {
@@ -894,7 +1019,7 @@ impl SimSpec {
                             gpu.display_name,
                             weight_bytes_per_gpu / GIB,
                             non_kv / GIB,
-                            total * util / GIB
+                            visible * util / GIB
                         ),
                     ));
                 }
@@ -982,6 +1107,7 @@ impl SimSpec {
             num_gpu_blocks_overridden: overridden,
             kv_bytes_per_token,
             weight_bytes_per_gpu,
+            non_kv_bytes_per_gpu: non_kv,
             enable_prefix_caching: self.enable_prefix_caching,
             async_scheduling: true,
             seed: self.seed,
@@ -992,6 +1118,7 @@ impl SimSpec {
                 thermal_throttle: self.thermal_throttle,
                 xid_at_s: self.xid_at_s,
             },
+            frontend_cpu_queue: self.frontend_cpu_queue,
         })
     }
 }

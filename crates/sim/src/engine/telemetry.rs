@@ -1,16 +1,22 @@
 //! GPU power, temperature and clock model driven by per-step work (simulator.md §3.6).
 //!
 //! ```text
-//! within a step:  u_mem = bytes/(BW_peak·t),  u_comp = flops/(P_peak·t)
-//! P_demand = P_idle + (TDP − P_idle)·min(1, 0.30 + 0.60·u_mem + 0.40·u_comp)
+//! within a step:  u_mem = bytes/(BW_peak·t)               achieved share of peak bandwidth
+//!                 dram  = min(1, u_mem/η_dram)             DCGM DRAM_ACTIVE: cycles the interface is busy
+//!                 k     = flops/(P·MFU·t)                  compute intensity: share of the achievable rate
+//!                 tensor = flops/(P_peak·t)                DCGM PIPE_TENSOR_ACTIVE
+//! P_demand = P_idle + (TDP − P_idle)·min(1, 0.30 + 0.40·u_mem + 0.66·k)
 //! P        = min(P_demand, power_limit)   → clock factor f_power, reason 0x4 (SW power cap)
 //! dT/dt    = (T_amb + R_th·P − T)/τ
 //! T > T_slowdown → f_thermal = max(0.5, 1 − 0.05·(T − T_slowdown)), reason 0x20 (SW thermal)
 //! ```
-//! Between steps the GPU draws `P_idle`. Reported power, utilisations and activities are
-//! exponential moving averages with a 1 s time constant (NVML averages power over ~1 s).
-//! Temperature integrates exactly for piecewise-constant power. The clock factor that the next
-//! step runs at is `min(f_power, f_thermal)`; [`super::timing::StepModel`] applies it.
+//! Power rises with compute intensity: a compute-bound prefill runs the tensor pipes at their
+//! achievable rate and draws the board limit, as measured for the prompt phase on A100/H100
+//! (Splitwise, ISCA 2024); a memory-bound decode draws less. Between steps the GPU draws
+//! `P_idle`. Reported power, utilisations and activities are exponential moving averages with a
+//! 1 s time constant (NVML averages power over ~1 s). Temperature integrates exactly for
+//! piecewise-constant power. The clock factor that the next step runs at is
+//! `min(f_power, f_thermal)`; [`super::timing::StepModel`] applies it.
 
 use super::spec::EngineConfig;
 use super::timing::{StepCost, StepModel};
@@ -23,6 +29,19 @@ pub const REASON_GPU_IDLE: u64 = 0x1;
 pub const REASON_SW_POWER_CAP: u64 = 0x4;
 /// NVML clock-event reason: software thermal slowdown.
 pub const REASON_SW_THERMAL: u64 = 0x20;
+/// `η_dram`: the share of the peak data rate a DRAM interface moves in the cycles DCGM counts it
+/// active (`DCGM_FI_PROF_DRAM_ACTIVE`: "ratio of cycles the device memory interface is active
+/// sending or receiving data"); refresh, row switches and read/write turnarounds keep it below 1.
+/// Fit on the seed guide's A10G decode (0.804 at c = 32, CALIBRATION.md); one point, not validated
+/// elsewhere.
+pub const DRAM_ACTIVE_EFFICIENCY: f64 = 0.76;
+/// Share of the power range drawn by a busy GPU doing neither (clocks up, SMs issuing).
+const POWER_BUSY_FLOOR: f64 = 0.30;
+/// Share of the power range per unit of achieved bandwidth (`u_mem`).
+const POWER_PER_MEM: f64 = 0.40;
+/// Share of the power range per unit of compute intensity (`k`): `0.30 + 0.66` reaches the
+/// board limit for a compute-bound step even with little DRAM traffic.
+const POWER_PER_COMPUTE: f64 = 0.66;
 /// Clock reduction per °C above the slowdown temperature.
 const THERMAL_SLOPE_PER_C: f64 = 0.05;
 
@@ -133,9 +152,13 @@ impl Telemetry {
         }
         let t = cost.duration_s;
         let u_mem = ((cost.read_bytes + cost.write_bytes) / (model.peak_bw() * t)).min(1.0);
+        let dram_active = (u_mem / DRAM_ACTIVE_EFFICIENCY).min(1.0);
         let u_comp = (cost.flops / (model.peak_flops() * t)).min(1.0);
+        let intensity = (cost.flops / (model.achievable_flops() * t)).min(1.0);
         let demand = self.idle_w
-            + (self.tdp_w - self.idle_w) * (0.30 + 0.60 * u_mem + 0.40 * u_comp).min(1.0);
+            + (self.tdp_w - self.idle_w)
+                * (POWER_BUSY_FLOOR + POWER_PER_MEM * u_mem + POWER_PER_COMPUTE * intensity)
+                    .min(1.0);
         let p = demand.min(self.limit_w);
         // Proportional clock controller toward the power limit.
         let f_now = self.f_power;
@@ -148,7 +171,7 @@ impl Telemetry {
             self.f_power = (f_now * headroom.min(1.05)).min(1.0);
             self.power_capped = self.f_power < 1.0;
         }
-        self.integrate(dt, p, 1.0, u_mem, u_comp);
+        self.integrate(dt, p, 1.0, dram_active, u_comp);
         self.last_s = end_s;
     }
 
@@ -196,7 +219,8 @@ pub struct TelemetryReading {
     pub temp_c: f64,
     /// Fraction of time a kernel was running (0–1).
     pub busy_ratio: f64,
-    /// DRAM activity (0–1).
+    /// DRAM activity as DCGM defines it: the share of cycles the memory interface is sending or
+    /// receiving data (0–1), above the achieved share of peak bandwidth.
     pub dram_active_ratio: f64,
     /// Tensor-pipe activity (0–1).
     pub tensor_active_ratio: f64,

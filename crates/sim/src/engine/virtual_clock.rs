@@ -178,6 +178,7 @@ pub fn run_virtual(engine: &mut Engine, load: Load, opts: &VirtualOptions) -> Vi
         }
     };
     let mut next_closed = due.len();
+    let client_gap = engine.config().client_gap_s();
     let mut records: Vec<RequestRecord> = Vec::with_capacity(pool.len());
     let mut index: HashMap<RequestId, usize> = HashMap::new();
     let mut samples = Vec::new();
@@ -247,7 +248,7 @@ pub fn run_virtual(engine: &mut Engine, load: Load, opts: &VirtualOptions) -> Vi
                 if let Some(think) = closed_think
                     && next_closed < pool.len()
                 {
-                    due.push(Due(done + think, next_closed));
+                    due.push(Due(done + client_gap + think, next_closed));
                     next_closed += 1;
                 }
             }
