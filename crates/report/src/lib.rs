@@ -9,6 +9,7 @@ pub mod diagnosis;
 pub mod html;
 pub mod levels;
 pub mod markdown;
+pub mod remote_write;
 pub mod terminal;
 
 use headroom_core::run::RunResult;
