@@ -3,6 +3,11 @@
 //! `headroom_signals::source` / `::promql`, the judgement is `headroom_diagnose::assess`, the
 //! output is `headroom_report::diagnosis`.
 //!
+//! With a Headroom gateway's series (`--gateway URL` beside `--url`, or found by name in
+//! `--prometheus`), each gateway class with traffic is judged on both views
+//! (`headroom_diagnose::views`): the gateway's per-class histograms and outcomes, what users
+//! see, and the engine's, which carry no class.
+//!
 //! Exit status: 0 when the analysis was rendered, whatever the verdict; 1 with
 //! `--fail-on-breach` when any window's verdict is FAIL; 2 on bad input (unreachable endpoint,
 //! not a metrics body, no engine metrics, no data in the range, a bad SLO file or flag).
@@ -16,9 +21,15 @@ use headroom_diagnose::{Origin, PrefixPlan, Setting};
 use headroom_load::sweep::controller::{Phase, phase_spec, rejudge_level};
 use headroom_report::diagnosis::{self, Diagnosis, DiagnosisSource};
 use headroom_signals::adapter::{Instance, instances};
-use headroom_signals::promql::{PromClient, parse_range, window_from_prometheus};
-use headroom_signals::source::{Loaded, load_files, load_run_dir, poll};
-use headroom_signals::{Scrape, Selection, Window, WindowError, WindowOptions};
+use headroom_signals::promql::{
+    LabelledSeries, PromClient, parse_range, window_from_prometheus, windows_by_label,
+};
+use headroom_signals::source::{Loaded, load_files, load_run_dir, poll_with_gateway};
+use headroom_signals::{Scrape, Selection, Signal, Window, WindowError, WindowOptions};
+use headroom_slo::catalogue::{
+    GATEWAY_BAD_OUTCOMES, GATEWAY_CLASS_LABEL, GATEWAY_NOT_SERVICE_OUTCOMES, GATEWAY_REQUESTS,
+};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -43,6 +54,12 @@ pub struct DiagnoseArgs {
     /// dcgm-exporter metrics URL polled alongside --url (e.g. http://127.0.0.1:9400/metrics).
     #[arg(long, requires = "url")]
     pub dcgm: Option<String>,
+    /// A Headroom gateway's metrics URL polled alongside --url (e.g.
+    /// http://127.0.0.1:8080/metrics): each gateway class is then judged on what users see
+    /// behind the gateway and on the engine's view, the stricter verdict holding. With
+    /// --prometheus the gateway's series are found by name; no flag is needed.
+    #[arg(long, requires = "url", value_name = "URL")]
+    pub gateway: Option<String>,
     /// Seconds between scrapes with --url (`5s`, `500ms`).
     #[arg(long, default_value = "5s")]
     pub interval: String,
@@ -102,6 +119,8 @@ struct Read {
     /// A run directory level's every scrape, warm-up included, for the sweep's own judgement
     /// ([`headroom_load::sweep::controller::rejudge_level`]); `None` for other sources.
     level_scrapes: Option<Loaded>,
+    /// A Headroom gateway's windows over the same span, one per `class`; empty without one.
+    gateway: BTreeMap<String, Window>,
 }
 
 fn duration_flag(name: &str, v: &str) -> Result<Duration> {
@@ -235,23 +254,40 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
         if interval.is_zero() {
             bail!("--interval {:?}: must be above zero", a.interval);
         }
+        let extra: Vec<String> = [a.dcgm.as_deref(), a.gateway.as_deref()]
+            .into_iter()
+            .flatten()
+            .map(redact_url)
+            .collect();
         eprintln!(
             "headroom diagnose: polling {}{} every {} for {} …",
             redact_url(url),
-            a.dcgm
-                .as_deref()
-                .map(|d| format!(" and {}", redact_url(d)))
-                .unwrap_or_default(),
+            extra
+                .iter()
+                .map(|u| format!(" and {u}"))
+                .collect::<String>(),
             a.interval,
             a.duration
         );
-        let p = poll(url, a.dcgm.as_deref(), interval, duration, timeout).await?;
+        let p = poll_with_gateway(
+            url,
+            a.dcgm.as_deref(),
+            a.gateway.as_deref(),
+            interval,
+            duration,
+            timeout,
+        )
+        .await?;
         for f in &p.failures {
             eprintln!("warning: a scrape failed and was left out: {f}");
         }
-        let location = match &a.dcgm {
-            Some(d) => format!("{} + {}", redact_url(url), redact_url(d)),
-            None => redact_url(url),
+        let location = std::iter::once(redact_url(url))
+            .chain(extra)
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let gateway = match &a.gateway {
+            Some(g) => gateway_windows(&p.gateway, g)?,
+            None => BTreeMap::new(),
         };
         return Ok(vec![Read {
             window: window_of(&p.engine, &p.dcgm, sel, Origin::Live)?,
@@ -261,6 +297,7 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
             location,
             level: None,
             level_scrapes: None,
+            gateway,
         }]);
     }
     if let Some(base) = &a.prometheus {
@@ -275,6 +312,7 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
         };
         let client = PromClient::new(base, timeout)?;
         let window = window_from_prometheus(&client, range_s, end, sel, None).await?;
+        let gateway = gateway_from_prometheus(&client, range_s, end).await?;
         return Ok(vec![Read {
             window,
             kind: "prometheus",
@@ -283,6 +321,7 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
             location: format!("{} [{}]", client.shown(), a.range),
             level: None,
             level_scrapes: None,
+            gateway,
         }]);
     }
     // --from: one run directory, or scrape files
@@ -325,6 +364,7 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
                 location: one.clone(),
                 level: Some(level),
                 level_scrapes: Some(all),
+                gateway: BTreeMap::new(),
             });
         }
         if out.is_empty() {
@@ -351,7 +391,78 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
         location: a.from.join(", "),
         level: None,
         level_scrapes: None,
+        gateway: BTreeMap::new(),
     }])
+}
+
+/// One window per gateway class from a Headroom gateway's live scrapes (`--gateway`).
+///
+/// # Errors
+/// The scrapes are not a Headroom gateway's `/metrics`, named with the URL.
+fn gateway_windows(scrapes: &[Scrape], url: &str) -> Result<BTreeMap<String, Window>> {
+    use crate::top::history::{gateway_classes, gateway_snapshot, is_gateway};
+    let Some(last) = scrapes.last() else {
+        return Ok(BTreeMap::new());
+    };
+    if !is_gateway(&last.exposition) {
+        bail!(
+            "--gateway {}: not a Headroom gateway's /metrics (no headroom_gateway_* series); give the gateway's listen address with /metrics, e.g. http://127.0.0.1:8080/metrics",
+            redact_url(url)
+        );
+    }
+    Ok(gateway_classes(&last.exposition)
+        .into_iter()
+        .map(|c| {
+            let snaps: Vec<_> = scrapes
+                .iter()
+                .map(|s| (s.at_unix_s, gateway_snapshot(&s.exposition, &c)))
+                .collect();
+            (c, Window::from_snapshots(&snaps, &[], false))
+        })
+        .collect())
+}
+
+/// A Headroom gateway's windows per class from Prometheus, found by the series' names
+/// (`headroom_gateway_ttft_seconds_bucket`, …); empty when the range holds none.
+async fn gateway_from_prometheus(
+    client: &PromClient,
+    range_s: f64,
+    end: f64,
+) -> Result<BTreeMap<String, Window>> {
+    let histograms = crate::top::history::gateway_histograms();
+    let series = LabelledSeries {
+        by: GATEWAY_CLASS_LABEL,
+        histograms: &histograms,
+        counters: &[(GATEWAY_REQUESTS, Signal::RequestsFinished, "outcome")],
+    };
+    Ok(windows_by_label(client, range_s, end, &series).await?)
+}
+
+/// The gateway classes to judge: `--class` when given (it must be one of the gateway's), else
+/// every class that saw a request in the window.
+///
+/// # Errors
+/// `--class` names no class of the gateway.
+fn gateway_classes_to_judge(gw: &BTreeMap<String, Window>, class: &str) -> Result<Vec<String>> {
+    if class != "*" {
+        if gw.contains_key(class) {
+            return Ok(vec![class.to_owned()]);
+        }
+        let have: Vec<&str> = gw.keys().map(String::as_str).collect();
+        bail!(
+            "--class {class:?}: the gateway has no such class; its classes are {}",
+            have.join(", ")
+        );
+    }
+    Ok(gw
+        .iter()
+        .filter(|(_, w)| {
+            w.counter(Signal::RequestsFinished).is_some_and(|n| n > 0.0)
+                || w.histogram(Signal::Ttft)
+                    .is_some_and(|h| h.observations() > 0.0)
+        })
+        .map(|(c, _)| c.clone())
+        .collect())
 }
 
 /// Refuses a run directory holding a symbolic link among the files diagnose reads (top level,
@@ -793,7 +904,7 @@ fn source_of(r: &Read) -> DiagnosisSource {
 /// `not_cumulative`, `duplicate_bound`, `duplicate_series`, `negative`, `count_mismatch`, `not_finite`,
 /// `out_of_range`. Objectives and figures that are only an upper bound carry `"bound": "upper"`
 /// ([`mark_upper_bounds`]).
-fn json_with_data_warnings(ds: &[Diagnosis], reads: &[Read]) -> Result<String> {
+fn json_with_data_warnings(ds: &[Diagnosis], reads: &[&Read]) -> Result<String> {
     let mut out = Vec::with_capacity(ds.len());
     for (d, r) in ds.iter().zip(reads) {
         let mut v = serde_json::to_value(d)?;
@@ -871,6 +982,8 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
         _ => None,
     };
     let mut ds = Vec::new();
+    // The read behind each diagnosis (a read with a gateway gives one per class).
+    let mut read_of: Vec<&Read> = Vec::new();
     for r in &reads {
         for reset in &r.window.counter_resets {
             eprintln!(
@@ -879,6 +992,51 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
         }
         for d in &r.window.data_warnings {
             eprintln!("warning: {d}");
+        }
+        if !r.gateway.is_empty() {
+            let classes = gateway_classes_to_judge(&r.gateway, &a.class)?;
+            if classes.is_empty() {
+                eprintln!(
+                    "warning: no class of the gateway saw a request in the window; judged on the engine's view alone"
+                );
+            }
+            let file = load_slo_file(slo_path)?;
+            let setting = Setting {
+                origin: r.origin,
+                dcgm_scraped: r.dcgm_scraped,
+                prefixes: None,
+            };
+            for c in &classes {
+                let view = headroom_diagnose::views::GatewayView {
+                    class: c,
+                    window: &r.gateway[c],
+                    bad_outcomes: &GATEWAY_BAD_OUTCOMES,
+                    not_service_outcomes: &GATEWAY_NOT_SERVICE_OUTCOMES,
+                };
+                let mut assessment = headroom_diagnose::views::assess_views(
+                    &r.window,
+                    &view,
+                    &file.spec_for(c),
+                    &setting,
+                );
+                if !file.objectives.contains_key(c.as_str()) {
+                    assessment.notes.insert(
+                        1,
+                        format!(
+                            "the SLO defines no class `{c}`: judged against its \"*\" defaults"
+                        ),
+                    );
+                }
+                ds.push(Diagnosis {
+                    source: source_of(r),
+                    class: c.clone(),
+                    assessment,
+                });
+                read_of.push(r);
+            }
+            if !classes.is_empty() {
+                continue;
+            }
         }
         // A sweep level: judged as the sweep judged it — its phase's class objectives, and the
         // client's measurements of the window as the record (the engine's histograms cannot
@@ -967,6 +1125,7 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
             dcgm_scraped: r.dcgm_scraped,
             prefixes: swept.as_ref().and_then(|sl| sl.prefixes),
         };
+        read_of.push(r);
         ds.push(Diagnosis {
             source: source_of(r),
             class,
@@ -982,7 +1141,7 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
         });
     }
     let text = match a.format {
-        Format::Json => json_with_data_warnings(&ds, &reads)? + "\n",
+        Format::Json => json_with_data_warnings(&ds, &read_of)? + "\n",
         Format::Terminal => ds
             .iter()
             .map(diagnosis::terminal)

@@ -12,7 +12,11 @@ use headroom_signals::{Histogram, Quantile, Signal, Window};
 /// The phases whose same quantile bounds `sig`'s from above (the wholes it is part of).
 fn wholes(sig: Signal) -> &'static [Signal] {
     match sig {
-        Signal::QueueTime | Signal::PrefillTime => &[Signal::Ttft, Signal::E2e],
+        // A gateway's admission wait and own overhead are parts of the TTFT it measures.
+        Signal::QueueTime
+        | Signal::PrefillTime
+        | Signal::GatewayQueueTime
+        | Signal::GatewayOverhead => &[Signal::Ttft, Signal::E2e],
         Signal::Ttft | Signal::DecodeTime | Signal::InferenceTime => &[Signal::E2e],
         _ => &[],
     }

@@ -19,6 +19,7 @@ mod rank;
 pub mod rules;
 pub mod setting;
 mod steps;
+pub mod views;
 
 use headroom_core::run::{ClientHealth, ObjectiveResult};
 use headroom_core::stats::{Decision, decide, min_samples_for_percentile};
@@ -170,6 +171,10 @@ pub struct Assessment {
     pub findings: Vec<RuledFinding>,
     /// Anything else (counter resets, missing metrics, version hint).
     pub notes: Vec<String>,
+    /// Per objective, a Headroom gateway's view beside the engine's, when the gateway's series
+    /// were read too ([`views::assess_views`]); empty (and absent from JSON) otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub views: Vec<views::ObjectiveViews>,
 }
 
 impl Assessment {
@@ -366,6 +371,7 @@ pub fn assess_with(
         steps: steps::six_steps(window, &facts, setting),
         findings,
         notes,
+        views: Vec::new(),
     }
 }
 
@@ -558,6 +564,18 @@ fn latency_objective(
     percentile: f64,
     threshold_s: f64,
 ) -> ObjectiveResult {
+    latency_objective_on(w, o, signal, percentile, threshold_s, "server-side")
+}
+
+/// [`latency_objective`] on `w`, whose reasons start with `side` (`server-side`, `gateway`).
+fn latency_objective_on(
+    w: &Window,
+    o: &Objective,
+    signal: LatencySignal,
+    percentile: f64,
+    threshold_s: f64,
+    side: &str,
+) -> ObjectiveResult {
     let sig = server_signal(signal);
     if let Some(why) = w.rejection(sig) {
         return ObjectiveResult::new(
@@ -614,7 +632,7 @@ fn latency_objective(
                     Verdict::Fail,
                     samples,
                     format!(
-                        "server-side ({metric}), breached: at least {bad} of {samples} observations above {threshold_s} s (allowed {:.2} %), a breach certain at 95 % with fewer than the {need} observations p{percentile} needs; p{percentile} ≈ {} s, {bracket}",
+                        "{side} ({metric}), breached: at least {bad} of {samples} observations above {threshold_s} s (allowed {:.2} %), a breach certain at 95 % with fewer than the {need} observations p{percentile} needs; p{percentile} ≈ {} s, {bracket}",
                         allowed * 100.0,
                         observed
                             .map(|v| format!("{v:.4}"))
@@ -630,7 +648,7 @@ fn latency_objective(
             Verdict::Inconclusive,
             samples,
             format!(
-                "server-side ({metric}): {samples} observations, fewer than the {need} needed for p{percentile}{}",
+                "{side} ({metric}): {samples} observations, fewer than the {need} needed for p{percentile}{}",
                 // The figure shown is then only the first bucket's bound: say so, so every
                 // display marks it "≤".
                 match q.filter(|q| q.upper_bound_only) {
@@ -688,7 +706,7 @@ fn latency_objective(
             verdict,
             samples,
             format!(
-                "server-side ({metric}), {why} (p{percentile} of {samples} observations falls in the first bucket)"
+                "{side} ({metric}), {why} (p{percentile} of {samples} observations falls in the first bucket)"
             ),
         );
     }
@@ -699,7 +717,7 @@ fn latency_objective(
             observed,
             Verdict::Inconclusive,
             samples,
-            format!("server-side ({metric}): histogram has no +Inf bucket"),
+            format!("{side} ({metric}): histogram has no +Inf bucket"),
         );
     };
     // Exact when the threshold is a bucket bound; a range when it falls inside a bucket.
@@ -725,7 +743,7 @@ fn latency_objective(
         verdict,
         samples,
         format!(
-            "server-side ({metric}), {why}: {share} of {samples} observations above {threshold_s} s (allowed {:.2} %); p{percentile} ≈ {} s, {bracket}",
+            "{side} ({metric}), {why}: {share} of {samples} observations above {threshold_s} s (allowed {:.2} %); p{percentile} ≈ {} s, {bracket}",
             allowed * 100.0,
             observed
                 .map(|v| format!("{v:.4}"))

@@ -235,6 +235,13 @@ pub fn terminal(d: &Diagnosis) -> String {
         ]);
     }
     o.push_str(&table(&rows, "  "));
+    if let Some(rows) = view_rows(a) {
+        o.push_str("\nTwo views: the gateway's class (what users see) and the engine (every class together)\n");
+        o.push_str(&table(&rows, "  "));
+        for line in gap_lines(a) {
+            o.push_str(&format!("  - {line}\n"));
+        }
+    }
     let mut left_out = 0;
     for s in &a.steps {
         o.push_str(&format!("\n{}. {}\n", s.number, s.title));
@@ -335,6 +342,54 @@ pub fn terminal(d: &Diagnosis) -> String {
     o
 }
 
+/// The two views of each objective as table rows (header first): objective, the gateway's
+/// verdict and figure, the engine's, the verdict that holds, whether they agree; `None` without
+/// a gateway ([`Assessment::views`] empty).
+fn view_rows(a: &Assessment) -> Option<Vec<Vec<String>>> {
+    if a.views.is_empty() {
+        return None;
+    }
+    let cell = |r: &headroom_core::run::ObjectiveResult| {
+        format!(
+            "{} {}",
+            r.verdict.as_str(),
+            r.observed
+                .map(|v| fmt_objective(&r.id, v))
+                .unwrap_or_else(|| "n/a".into())
+        )
+    };
+    let mut rows = vec![
+        ["objective", "gateway", "engine", "holds", "views"]
+            .map(str::to_owned)
+            .to_vec(),
+    ];
+    for v in &a.views {
+        rows.push(vec![
+            v.description.clone(),
+            v.gateway
+                .as_ref()
+                .map(cell)
+                .unwrap_or_else(|| "not measured".into()),
+            cell(&v.engine),
+            v.verdict.as_str().to_owned(),
+            if v.agree { "agree" } else { "disagree" }.to_owned(),
+        ]);
+    }
+    Some(rows)
+}
+
+/// One line per TTFT or E2E objective: where the gateway's latency goes beyond the engine's.
+fn gap_lines(a: &Assessment) -> Vec<String> {
+    a.views
+        .iter()
+        .filter_map(|v| {
+            v.gap
+                .as_ref()
+                .map(|g| format!("{}: {}", v.description, g.sentence()))
+        })
+        .collect()
+}
+
 fn confidence(c: headroom_core::Confidence) -> &'static str {
     match c {
         headroom_core::Confidence::Low => "low",
@@ -373,6 +428,20 @@ pub fn markdown(d: &Diagnosis) -> String {
             ob.samples,
             esc(&ob.reason)
         ));
+    }
+    if let Some(rows) = view_rows(a) {
+        o.push_str("\n## Two views: the gateway's class (what users see) and the engine (every class together)\n\n");
+        for (i, r) in rows.iter().enumerate() {
+            let cells: Vec<String> = r.iter().map(|c| esc(c)).collect();
+            o.push_str(&format!("| {} |\n", cells.join(" | ")));
+            if i == 0 {
+                o.push_str("|---|---|---|---|---|\n");
+            }
+        }
+        o.push('\n');
+        for line in gap_lines(a) {
+            o.push_str(&format!("- {}\n", esc(&line)));
+        }
     }
     for s in &a.steps {
         o.push_str(&format!("\n## {}. {}\n\n", s.number, esc(&s.title)));
@@ -528,6 +597,7 @@ mod tests {
                     watch: vec!["vllm:num_requests_waiting".into()],
                 }],
                 notes: vec!["vllm 0.32".into()],
+                views: vec![],
             },
         }
     }

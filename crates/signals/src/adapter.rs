@@ -124,6 +124,14 @@ pub enum Signal {
     MaxTokensParam,
     /// Tokens per engine step (prefill + decode), tokens. vLLM `iteration_tokens_total`.
     IterationTokens,
+    // --- a Headroom gateway's own histograms (no engine exports them) ---
+    /// Admission wait in a Headroom gateway, s: acceptance → admission slot granted, per request
+    /// that asked for one. `headroom_gateway_queue_seconds`; part of the gateway's TTFT, never of
+    /// the engine's.
+    GatewayQueueTime,
+    /// Time a Headroom gateway itself adds before the first byte, s.
+    /// `headroom_gateway_overhead_seconds`.
+    GatewayOverhead,
 }
 
 /// What kind of series a signal reads.

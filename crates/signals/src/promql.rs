@@ -456,28 +456,7 @@ pub async fn window_from_prometheus(
         matchers.push(("engine", e));
     }
     let r = format!("{}s", range_s.round().max(1.0) as u64);
-    let mut w = Window {
-        engine,
-        version_hint: None,
-        start_unix_s: Some(start),
-        end_unix_s,
-        since_server_start: false,
-        scrapes: 0,
-        counters: BTreeMap::new(),
-        histograms: BTreeMap::new(),
-        gauges: BTreeMap::new(),
-        kv_pool: Default::default(),
-        gpus: Vec::new(),
-        sources: BTreeMap::new(),
-        missing: BTreeMap::new(),
-        counter_resets: Vec::new(),
-        notes: vec![format!(
-            "from Prometheus {}: PromQL increase() over [{r}] extrapolates to the range edges; counts may be fractional",
-            client.shown
-        )],
-        rejected: BTreeMap::new(),
-        data_warnings: Vec::new(),
-    };
+    let mut w = empty_window(client, engine, start, end_unix_s, &r);
     for m in mappings_for(engine) {
         let Some(name) = m.names.iter().find(|n| present(&names, n, m.signal)) else {
             if !w.sources.contains_key(&m.signal) {
@@ -679,6 +658,155 @@ pub async fn window_from_prometheus(
     }
     w.gpus = gpus_from_prometheus(client, &names, &r, end_unix_s, &mut w.data_warnings).await?;
     Ok(w)
+}
+
+/// A window of `engine` over `[start, end]` with nothing in it yet but the note that PromQL's
+/// `increase()` over `[r]` extrapolates.
+fn empty_window(
+    client: &PromClient,
+    engine: Engine,
+    start: f64,
+    end_unix_s: f64,
+    r: &str,
+) -> Window {
+    Window {
+        engine,
+        version_hint: None,
+        start_unix_s: Some(start),
+        end_unix_s,
+        since_server_start: false,
+        scrapes: 0,
+        counters: BTreeMap::new(),
+        histograms: BTreeMap::new(),
+        gauges: BTreeMap::new(),
+        kv_pool: Default::default(),
+        gpus: Vec::new(),
+        sources: BTreeMap::new(),
+        missing: BTreeMap::new(),
+        counter_resets: Vec::new(),
+        notes: vec![format!(
+            "from Prometheus {}: PromQL increase() over [{r}] extrapolates to the range edges; counts may be fractional",
+            client.shown
+        )],
+        rejected: BTreeMap::new(),
+        data_warnings: Vec::new(),
+    }
+}
+
+/// Series of one exporter that are split into one [`Window`] per value of a label, e.g. a
+/// Headroom gateway's per-class series (`class`); the names come from the caller, which knows
+/// the exporter (this module knows only PromQL).
+#[derive(Debug, Clone, Copy)]
+pub struct LabelledSeries<'a> {
+    /// The label whose values split the series (`class`).
+    pub by: &'a str,
+    /// Classic histograms: (family base without `_bucket`, signal), in seconds.
+    pub histograms: &'a [(&'a str, Signal)],
+    /// Counters: (name, signal, label that keys the breakdown, e.g. `outcome`).
+    pub counters: &'a [(&'a str, Signal, &'a str)],
+}
+
+/// One window per value of `series.by` over `[end − range_s, end]`: for each histogram
+/// `sum by (<by>, le) (increase(<name>_bucket[R]))` with `_sum` and `_count` likewise, for each
+/// counter `sum by (<by>, <key>) (increase(<name>[R]))`. Every tenant's (or other label's)
+/// series are summed. A label value whose histogram is corrupt over the range has that signal
+/// rejected ([`Window::rejected`]), as [`window_from_prometheus`] does. The windows' engine is
+/// [`Engine::Unknown`]: they are no engine's. Empty when none of the names has data in the range.
+///
+/// # Errors
+/// Unreachable server or a rejected query (with the PromQL).
+pub async fn windows_by_label(
+    client: &PromClient,
+    range_s: f64,
+    end_unix_s: f64,
+    series: &LabelledSeries<'_>,
+) -> Result<BTreeMap<String, Window>, PromError> {
+    let start = end_unix_s - range_s;
+    let names = client.metric_names(start.max(0.0), end_unix_s).await?;
+    let r = format!("{}s", range_s.round().max(1.0) as u64);
+    let by = series.by;
+    let mut out: BTreeMap<String, Window> = BTreeMap::new();
+    let empty = || empty_window(client, Engine::Unknown, start, end_unix_s, &r);
+    let per_label = |res: Vec<VectorSample>| -> BTreeMap<String, Vec<VectorSample>> {
+        let mut m: BTreeMap<String, Vec<VectorSample>> = BTreeMap::new();
+        for s in res {
+            let v = s.labels.get(by).unwrap_or("").to_owned();
+            m.entry(v).or_default().push(s);
+        }
+        m
+    };
+    for &(name, sig) in series.histograms {
+        if !names.contains(&format!("{name}_bucket")) {
+            continue;
+        }
+        let inc = |part: &str, extra: &str| {
+            format!("sum by ({by}{extra}) (increase({name}_{part}[{r}]))")
+        };
+        let buckets = per_label(client.query(&inc("bucket", ", le"), end_unix_s).await?);
+        let sums = per_label(client.query(&inc("sum", ""), end_unix_s).await?);
+        let counts = per_label(client.query(&inc("count", ""), end_unix_s).await?);
+        for (v, bs) in buckets {
+            let pairs: Vec<(f64, f64)> = bs
+                .iter()
+                .filter_map(|s| Some((s.labels.get("le").and_then(parse_le)?, s.value)))
+                .collect();
+            let first = |m: &BTreeMap<String, Vec<VectorSample>>| {
+                m.get(&v)
+                    .and_then(|x| x.first())
+                    .map_or(f64::NAN, |s| s.value)
+            };
+            let (sum, count) = (first(&sums), first(&counts));
+            let w = out.entry(v.clone()).or_insert_with(empty);
+            // The tolerance absorbs increase()'s extrapolation, as in window_from_prometheus.
+            if let Some((problem, detail)) =
+                check_histogram_tol(&pairs, sum, count, count.is_finite(), 1e-6)
+            {
+                let labels = Labels::from_pairs([(by.to_owned(), v.clone())]);
+                reject(
+                    w,
+                    sig,
+                    name,
+                    &labels,
+                    problem,
+                    format!("sum by ({by}, le) (increase(…_bucket)) over the range: {detail}"),
+                );
+                continue;
+            }
+            w.histograms
+                .insert(sig, Histogram::from_pairs(pairs, sum, count));
+            w.sources.insert(sig, name.to_owned());
+        }
+    }
+    for &(name, sig, key) in series.counters {
+        if !names.contains(name) {
+            continue;
+        }
+        let q = format!("sum by ({by}, {key}) (increase({name}[{r}]))");
+        for (v, samples) in per_label(client.query(&q, end_unix_s).await?) {
+            let w = out.entry(v.clone()).or_insert_with(empty);
+            if let Some(bad) = samples
+                .iter()
+                .find(|s| !s.value.is_finite() || s.value < 0.0)
+            {
+                let problem = if bad.value.is_finite() {
+                    Problem::Negative
+                } else {
+                    Problem::NotFinite
+                };
+                let detail = format!("increase() over the range is {}", bad.value);
+                reject(w, sig, name, &bad.labels, problem, detail);
+                continue;
+            }
+            let entry = w.counters.entry(sig).or_default();
+            for s in samples {
+                *entry
+                    .entry(s.labels.get(key).unwrap_or("").to_owned())
+                    .or_default() += s.value;
+            }
+            w.sources.insert(sig, name.to_owned());
+        }
+    }
+    Ok(out)
 }
 
 fn reject(

@@ -312,6 +312,9 @@ pub struct Polled {
     pub engine: Vec<Scrape>,
     /// dcgm scrapes in time order.
     pub dcgm: Vec<Scrape>,
+    /// A Headroom gateway's scrapes in time order, taken right after each engine scrape
+    /// ([`poll_with_gateway`]); empty without a gateway.
+    pub gateway: Vec<Scrape>,
     /// Scrapes that failed after the first one (the window is still usable without them).
     pub failures: Vec<String>,
 }
@@ -328,6 +331,22 @@ pub async fn poll(
     duration: Duration,
     timeout: Duration,
 ) -> Result<Polled, ScrapeError> {
+    poll_with_gateway(url, dcgm_url, None, interval, duration, timeout).await
+}
+
+/// [`poll`], and a Headroom gateway's `/metrics` at `gateway_url` scraped right after each
+/// engine scrape, so that both windows span the same moments (to within one scrape's time).
+///
+/// Errors: the first engine or gateway scrape failing returns its [`ScrapeError`]; later
+/// failures are collected in [`Polled::failures`].
+pub async fn poll_with_gateway(
+    url: &str,
+    dcgm_url: Option<&str>,
+    gateway_url: Option<&str>,
+    interval: Duration,
+    duration: Duration,
+    timeout: Duration,
+) -> Result<Polled, ScrapeError> {
     let scraper = Scraper::new(timeout);
     let start = Instant::now();
     let interval = interval.max(Duration::from_millis(100));
@@ -339,6 +358,13 @@ pub async fn poll(
             Ok(s) => out.engine.push(s),
             Err(e) if out.engine.is_empty() => return Err(e),
             Err(e) => out.failures.push(e.to_string()),
+        }
+        if let Some(g) = gateway_url {
+            match scraper.scrape(g).await {
+                Ok(s) => out.gateway.push(s),
+                Err(e) if out.gateway.is_empty() => return Err(e),
+                Err(e) => out.failures.push(e.to_string()),
+            }
         }
         if let Some(d) = dcgm_url {
             match scraper.scrape(d).await {

@@ -102,6 +102,19 @@ pub const GATEWAY_NOT_SERVICE_OUTCOMES: [&str; 2] = ["client_cancel", "invalid_r
 /// Label that carries the request class on the gateway's series.
 pub const GATEWAY_CLASS_LABEL: &str = "class";
 
+/// The gateway's admission wait per request, s (histogram by `class`, `tenant`): part of the
+/// TTFT users see behind the gateway, which the engine never sees.
+pub const GATEWAY_QUEUE: &str = "headroom_gateway_queue_seconds";
+
+/// The time the gateway itself adds before the first byte, s (histogram by `class`, `tenant`).
+pub const GATEWAY_OVERHEAD: &str = "headroom_gateway_overhead_seconds";
+
+/// Sequences holding the gateway's admission slots (gauge by `class`).
+pub const GATEWAY_IN_FLIGHT: &str = "headroom_gateway_in_flight";
+
+/// Requests waiting for one of the gateway's admission slots (gauge by `class`).
+pub const GATEWAY_QUEUED: &str = "headroom_gateway_queued";
+
 /// The Headroom gateway's histogram for `signal`, measured at the request boundary as
 /// [`headroom_core::signal`] defines it, labelled `class`. The gateway builds its buckets from
 /// the same `slo.yaml`, so every SLO threshold is a bucket bound, printed with

@@ -22,7 +22,10 @@ use headroom_signals::exposition::Exposition;
 use headroom_signals::quality::check_histogram;
 use headroom_signals::window::GpuWindow;
 use headroom_signals::{Engine, Scrape, Selection, Signal, Window, WindowOptions};
-use headroom_slo::catalogue::{GATEWAY_CLASS_LABEL, GATEWAY_REQUESTS, gateway_histogram};
+use headroom_slo::catalogue::{
+    GATEWAY_CLASS_LABEL, GATEWAY_IN_FLIGHT, GATEWAY_OVERHEAD, GATEWAY_QUEUE, GATEWAY_QUEUED,
+    GATEWAY_REQUESTS, gateway_histogram,
+};
 
 use super::model::SourceKind;
 
@@ -34,8 +37,8 @@ pub const SPARSE_STEP_S: f64 = 5.0;
 /// The gateway's gauges and what they stand for in the engine's shape: sequences holding
 /// admission slots (running) and requests queued for one (waiting).
 const GATEWAY_GAUGES: [(&str, Signal); 2] = [
-    ("headroom_gateway_in_flight", Signal::Running),
-    ("headroom_gateway_queued", Signal::Waiting),
+    (GATEWAY_IN_FLIGHT, Signal::Running),
+    (GATEWAY_QUEUED, Signal::Waiting),
 ];
 
 /// Scrapes reduced to snapshots, per class, time-ordered.
@@ -190,7 +193,7 @@ fn span<T>(q: &[(f64, T)], window_s: f64) -> &[(f64, T)] {
     &q[start..]
 }
 
-fn is_gateway(exp: &Exposition) -> bool {
+pub(crate) fn is_gateway(exp: &Exposition) -> bool {
     exp.families
         .iter()
         .any(|f| f.name.starts_with("headroom_gateway_"))
@@ -198,7 +201,7 @@ fn is_gateway(exp: &Exposition) -> bool {
 
 /// The gateway's classes: every `class` label of its request counter (the gateway exports each
 /// class's counters at zero from start).
-fn gateway_classes(exp: &Exposition) -> Vec<String> {
+pub(crate) fn gateway_classes(exp: &Exposition) -> Vec<String> {
     let mut out: Vec<String> = exp
         .samples(GATEWAY_REQUESTS)
         .filter_map(|s| s.labels.get(GATEWAY_CLASS_LABEL).map(str::to_owned))
@@ -208,11 +211,30 @@ fn gateway_classes(exp: &Exposition) -> Vec<String> {
     out
 }
 
+/// The gateway's histograms with the signal each stands for: TTFT, ITL, TPOT and E2E under the
+/// engine's names, its admission wait and its own overhead under their own.
+pub(crate) fn gateway_histograms() -> Vec<(&'static str, Signal)> {
+    [
+        LatencySignal::Ttft,
+        LatencySignal::Itl,
+        LatencySignal::Tpot,
+        LatencySignal::E2e,
+    ]
+    .into_iter()
+    .filter_map(|ls| gateway_histogram(ls).map(|spec| (spec.metric, Signal::of_latency(ls))))
+    .chain([
+        (GATEWAY_QUEUE, Signal::GatewayQueueTime),
+        (GATEWAY_OVERHEAD, Signal::GatewayOverhead),
+    ])
+    .collect()
+}
+
 /// One gateway class in the engine's shape: its TTFT, ITL, TPOT and E2E histograms (every
-/// tenant's series, summed by the window), its outcomes as `RequestsFinished` keyed by
-/// `outcome`, and its admission gauges. A corrupt histogram series is left out with the
-/// signal marked rejected, as the adapter does for an engine.
-fn gateway_snapshot(exp: &Exposition, class: &str) -> EngineSnapshot {
+/// tenant's series, summed by the window), its admission wait and own overhead
+/// ([`Signal::GatewayQueueTime`], [`Signal::GatewayOverhead`]), its outcomes as
+/// `RequestsFinished` keyed by `outcome`, and its admission gauges. A corrupt histogram series
+/// is left out with the signal marked rejected, as the adapter does for an engine.
+pub(crate) fn gateway_snapshot(exp: &Exposition, class: &str) -> EngineSnapshot {
     let mine = |l: &headroom_signals::exposition::Labels| l.get(GATEWAY_CLASS_LABEL) == Some(class);
     let mut snap = EngineSnapshot {
         engine: Engine::Unknown,
@@ -226,27 +248,18 @@ fn gateway_snapshot(exp: &Exposition, class: &str) -> EngineSnapshot {
         rejected: BTreeMap::new(),
         warnings: Vec::new(),
     };
-    for ls in [
-        LatencySignal::Ttft,
-        LatencySignal::Itl,
-        LatencySignal::Tpot,
-        LatencySignal::E2e,
-    ] {
-        let Some(spec) = gateway_histogram(ls) else {
-            continue;
-        };
-        let sig = Signal::of_latency(ls);
-        let (by, count_given) = series_histograms(exp, spec.metric, mine);
+    for (metric, sig) in gateway_histograms() {
+        let (by, count_given) = series_histograms(exp, metric, mine);
         if by.is_empty() {
             continue;
         }
         if by.iter().any(|(id, h)| {
             check_histogram(&h.buckets, h.sum, h.count, count_given.contains(id)).is_some()
         }) {
-            snap.rejected.insert(sig, spec.metric.to_owned());
+            snap.rejected.insert(sig, metric.to_owned());
             continue;
         }
-        snap.sources.insert(sig, spec.metric.to_owned());
+        snap.sources.insert(sig, metric.to_owned());
         snap.histograms.insert(sig, by.into_values().collect());
     }
     let mut values = |name: &str, sig: Signal, key: Option<&str>| {

@@ -268,6 +268,7 @@ fn the_claim_check_catches_a_claim_its_number_does_not_show() {
             watch: Vec::new(),
         }],
         notes: Vec::new(),
+        views: Vec::new(),
     };
     let e = |value: f64, note: &str| Evidence {
         metric: "m".into(),
