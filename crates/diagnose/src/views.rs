@@ -339,3 +339,101 @@ fn gap(e: &Window, g: &Window, sig: Signal, percentile: f64) -> Gap {
         mean: row(&mean),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_signals::{Engine, Histogram};
+
+    /// A window of `engine` with TTFT `n` observations: `fast` of them in `[0, 0.1]`, the rest
+    /// in `(0.3, 5]`; bounds 0.1, 0.3 (a threshold edge), 5, +Inf.
+    fn window(engine: Engine, n: f64, fast: f64) -> Window {
+        let mut w = Window::from_snapshots(&[], &[], false);
+        w.engine = engine;
+        let h = Histogram::from_pairs(
+            [(0.1, fast), (0.3, fast), (5.0, n), (f64::INFINITY, n)],
+            fast * 0.05 + (n - fast) * 2.0,
+            n,
+        );
+        w.histograms.insert(Signal::Ttft, h);
+        w.sources.insert(Signal::Ttft, "ttft".into());
+        w
+    }
+
+    fn slo() -> SloSpec {
+        SloSpec {
+            objectives: vec![
+                Objective::Latency {
+                    signal: LatencySignal::Ttft,
+                    percentile: 95.0,
+                    threshold_s: 0.3,
+                },
+                Objective::Latency {
+                    signal: LatencySignal::QueueTime,
+                    percentile: 95.0,
+                    threshold_s: 0.1,
+                },
+            ],
+        }
+    }
+
+    fn views(engine: &Window, gateway: &Window) -> Assessment {
+        let g = GatewayView {
+            class: "long",
+            window: gateway,
+            bad_outcomes: &["rejected"],
+            not_service_outcomes: &["client_cancel"],
+        };
+        assess_views(engine, &g, &slo(), &Setting::default())
+    }
+
+    /// 40 of 40 fast at the engine (PASS) and 4 of 40 at the gateway (FAIL): FAIL holds, the
+    /// two views disagree and the reason says so; the other way round FAIL holds too, from the
+    /// engine. Queue time is the engine's alone.
+    #[test]
+    fn the_stricter_view_holds_and_the_disagreement_is_said() {
+        let fast = window(Engine::Vllm, 40.0, 40.0);
+        let slow = window(Engine::Unknown, 40.0, 4.0);
+        let a = views(&fast, &slow);
+        let v = &a.views[0];
+        assert_eq!(v.gateway.as_ref().map(|g| g.verdict), Some(Verdict::Fail));
+        assert_eq!(
+            (v.engine.verdict, v.verdict, v.agree),
+            (Verdict::Pass, Verdict::Fail, false)
+        );
+        let held = a.objectives.iter().find(|o| o.id == "ttft_p95").unwrap();
+        assert_eq!(held.verdict, Verdict::Fail);
+        assert!(
+            held.reason.contains("the two views disagree"),
+            "{}",
+            held.reason
+        );
+        assert!(held.reason.starts_with("the two views"), "{}", held.reason);
+        assert!(a.notes[0].contains("every class together"), "{:?}", a.notes);
+        assert!(
+            a.notes[1].contains("the gateway says FAIL"),
+            "{:?}",
+            a.notes
+        );
+        // queue time: no gateway view
+        assert!(a.views[1].gateway.is_none() && a.views[1].agree);
+
+        let mut slow_engine = window(Engine::Vllm, 40.0, 4.0);
+        slow_engine.engine = Engine::Vllm;
+        let mut fast_gateway = fast.clone();
+        fast_gateway.engine = Engine::Unknown;
+        let b = views(&slow_engine, &fast_gateway);
+        assert_eq!(
+            (b.views[0].verdict, b.views[0].agree),
+            (Verdict::Fail, false)
+        );
+        let held = b.objectives.iter().find(|o| o.id == "ttft_p95").unwrap();
+        assert!(
+            held.reason
+                .contains("the engine (every class together) FAIL"),
+            "{}",
+            held.reason
+        );
+        assert_eq!(b.verdict, Verdict::Fail);
+    }
+}
