@@ -9,6 +9,7 @@ mod sim_cmd;
 mod slo_cmd;
 mod plan_cmd;
 mod sweep_cmd;
+mod sweep_progress;
 mod top;
 mod workload_as_run;
 

@@ -2,6 +2,7 @@
 //! embedded engine twin), the workload and the SLO, run `load::sweep`, write the run directory
 //! after every level, print the summary.
 
+use crate::sweep_progress::ProgressMode;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headroom_core::run::{LevelResult, LoadMode, Manifest, RunResult, redact_url};
@@ -15,7 +16,6 @@ use headroom_load::workload::{
     DEFAULT_WORKLOAD_YAML, Levels, Workload, check_level, window_from_secs,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -106,15 +106,25 @@ pub struct SweepArgs {
     /// Model preset of the embedded twin.
     #[arg(long, default_value = "qwen2.5-3b")]
     pub sim_model: String,
+    /// How a level in progress shows on stderr: tui (a live view), plain (a line per level, a
+    /// heartbeat at least every 10 s) or none (only the final table). Default: tui when stderr
+    /// is a terminal, else plain.
+    #[arg(long, value_enum)]
+    pub progress: Option<crate::sweep_progress::ProgressMode>,
 }
 
+#[derive(Default)]
 struct Bars {
     bar: Mutex<Option<ProgressBar>>,
 }
 
 impl Progress for Bars {
     fn level_start(&self, phase: &str, load: f64, mode: LoadMode, expected: Duration) {
-        let pb = ProgressBar::new(expected.as_millis() as u64);
+        // `--progress plain`: lines only, the bar stays hidden.
+        let pb = ProgressBar::with_draw_target(
+            Some(expected.as_millis() as u64),
+            indicatif::ProgressDrawTarget::hidden(),
+        );
         pb.set_style(
             ProgressStyle::with_template("{spinner} {msg:<40} [{bar:30}] {elapsed}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -135,7 +145,7 @@ impl Progress for Bars {
         });
         // Without a terminal the bar is hidden: a heartbeat line at least every 10 s says the
         // level is still running (a level may run past its windows, up to 4 × measure).
-        if !std::io::stderr().is_terminal() {
+        if pb.is_hidden() {
             let beat = pb.clone();
             let what = format!(
                 "{phase}: {} {}",
@@ -165,12 +175,7 @@ impl Progress for Bars {
         {
             pb.finish_and_clear();
             // Failed and inconclusive objectives apart: `FAIL (error_rate; inconclusive: …)`.
-            eprintln!(
-                "  {phase}: {} {}: {}",
-                headroom_core::slo::fmt_num(l.load),
-                l.mode.unit(),
-                l.verdict_line()
-            );
+            eprintln!("{}", crate::sweep_progress::level_line(phase, l));
         }
     }
 
@@ -622,9 +627,6 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
             got.map(|_| ()).map_err(|e| e.to_string())
         }
     };
-    let progress = Bars {
-        bar: Mutex::new(None),
-    };
     let lag_fn = embedded.as_ref().map(|h| {
         move || {
             let l = h.clock_lag();
@@ -654,13 +656,24 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
             _ => " (from the workload)",
         }
     );
+    let progress: Box<dyn Progress> = match args.progress.unwrap_or_else(ProgressMode::detect) {
+        ProgressMode::Tui => match crate::sweep_progress::Tui::start() {
+            Ok(t) => Box::new(t),
+            Err(e) => {
+                eprintln!("headroom: no live view ({e}); lines as with --progress plain");
+                Box::new(Bars::default())
+            }
+        },
+        ProgressMode::Plain => Box::new(Bars::default()),
+        ProgressMode::None => Box::new(crate::sweep_progress::Silent),
+    };
     let sweep = Sweep {
         target: &target,
         plans: &plans,
         slo: &slo,
         settings: &settings,
         cancel: cancel.clone(),
-        progress: &progress,
+        progress: progress.as_ref(),
         on_result: &on_result,
         clock_lag: lag_fn
             .as_ref()
@@ -668,6 +681,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         measurer: None,
     };
     let result = sweep.run().await;
+    drop(progress); // leaves the live view before the table prints
     if let Some(h) = embedded {
         h.shutdown().await;
     }

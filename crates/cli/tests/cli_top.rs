@@ -3,7 +3,7 @@
 //! fixed size, driven with `send-keys` and read back with `capture-pane`. The tmux tests skip,
 //! saying why, where tmux is missing. Every child is killed when its test ends.
 
-use headroom_testkit::Killed;
+use headroom_testkit::{Killed, Tmux};
 use std::io::{BufRead, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -222,100 +222,14 @@ fn errors_name_the_url_and_top_retries() {
     );
 }
 
-fn tmux() -> Option<&'static str> {
-    let bin = "/usr/bin/tmux";
-    if std::path::Path::new(bin).exists() {
-        Some(bin)
-    } else {
-        eprintln!("skipped: tmux is not installed at {bin}");
-        None
-    }
-}
-
-/// A detached tmux session of 120 × 40 running `cmd`, killed when dropped.
-pub struct Tmux {
-    bin: &'static str,
-    name: String,
-}
-
-impl Tmux {
-    pub fn start(bin: &'static str, cmd: &str) -> Tmux {
-        let name = format!("headroom-test-{}-{}", std::process::id(), rand_suffix());
-        let ok = Command::new(bin)
-            .args([
-                "new-session",
-                "-d",
-                "-x",
-                "120",
-                "-y",
-                "40",
-                "-s",
-                &name,
-                cmd,
-            ])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "tmux new-session failed");
-        Tmux { bin, name }
-    }
-
-    pub fn screen(&self) -> String {
-        let o = Command::new(self.bin)
-            .args(["capture-pane", "-p", "-t", &self.name])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    pub fn keys(&self, keys: &[&str]) {
-        let ok = Command::new(self.bin)
-            .args(["send-keys", "-t", &self.name])
-            .args(keys)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "send-keys {keys:?}");
-    }
-
-    /// Waits up to `limit` for the screen to satisfy `want`; returns it, or panics with it.
-    pub fn wait(&self, limit: Duration, what: &str, want: impl Fn(&str) -> bool) -> String {
-        let t0 = Instant::now();
-        loop {
-            let s = self.screen();
-            if want(&s) {
-                return s;
-            }
-            assert!(
-                t0.elapsed() < limit,
-                "no {what} within {limit:?}; screen:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new(self.bin)
-            .args(["kill-session", "-t", &self.name])
-            .status();
-    }
-}
-
-fn rand_suffix() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos()
-}
-
 /// The full-screen view under tmux: classes of a gateway as tabs, the objectives with their
 /// thresholds and the requests seen; Tab switches class, `w` the window, `q` quits and the
 /// terminal is restored (the shell's next line shows on the normal screen).
 #[test]
 fn full_screen_view_under_tmux() {
-    let Some(bin) = tmux() else { return };
+    let Some(bin) = headroom_testkit::tmux() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let (_sim, api, _) = sim();
     let (_gw, gw) = gateway(&api, dir.path());
@@ -373,7 +287,9 @@ fn full_screen_view_under_tmux() {
 /// The twin's engine series in the view: the model as the class, phases and KV cache.
 #[test]
 fn engine_view_under_tmux_quits_on_ctrl_c() {
-    let Some(bin) = tmux() else { return };
+    let Some(bin) = headroom_testkit::tmux() else {
+        return;
+    };
     let (_sim, api, dcgm) = sim();
     let cmd = format!(
         "{BIN} top --url http://{api}/metrics --dcgm http://{dcgm}/metrics --interval 0.5 --windows 30s,2m --duration 60; echo TOP-EXIT=$?; sleep 30"

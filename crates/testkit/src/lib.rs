@@ -162,6 +162,104 @@ fn listening_port_in(log: &str) -> Option<u16> {
         })
 }
 
+/// tmux at `/usr/bin/tmux`, or `None` after printing why the caller skips.
+pub fn tmux() -> Option<&'static str> {
+    let bin = "/usr/bin/tmux";
+    if std::path::Path::new(bin).exists() {
+        Some(bin)
+    } else {
+        eprintln!("skipped: tmux is not installed at {bin}");
+        None
+    }
+}
+
+/// A detached tmux session of 120 × 40 running `cmd`, killed when dropped.
+pub struct Tmux {
+    bin: &'static str,
+    name: String,
+}
+
+impl Tmux {
+    /// Starts `cmd` (a shell command line) in a new detached session of 120 × 40.
+    ///
+    /// # Panics
+    /// When tmux cannot start the session.
+    pub fn start(bin: &'static str, cmd: &str) -> Tmux {
+        let name = format!("headroom-test-{}-{}", std::process::id(), rand_suffix());
+        let ok = Command::new(bin)
+            .args([
+                "new-session",
+                "-d",
+                "-x",
+                "120",
+                "-y",
+                "40",
+                "-s",
+                &name,
+                cmd,
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux new-session failed");
+        Tmux { bin, name }
+    }
+
+    /// The visible screen, as `capture-pane -p` prints it.
+    pub fn screen(&self) -> String {
+        let o = Command::new(self.bin)
+            .args(["capture-pane", "-p", "-t", &self.name])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Types `keys` (tmux key names: `Tab`, `Left`, `C-c`, `q`).
+    ///
+    /// # Panics
+    /// When tmux refuses them.
+    pub fn keys(&self, keys: &[&str]) {
+        let ok = Command::new(self.bin)
+            .args(["send-keys", "-t", &self.name])
+            .args(keys)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "send-keys {keys:?}");
+    }
+
+    /// Waits up to `limit` for the screen to satisfy `want`; returns it, or panics with it.
+    pub fn wait(&self, limit: Duration, what: &str, want: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            if want(&s) {
+                return s;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "no {what} within {limit:?}; screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new(self.bin)
+            .args(["kill-session", "-t", &self.name])
+            .status();
+    }
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

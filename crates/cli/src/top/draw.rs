@@ -1,14 +1,14 @@
-//! Drawing `headroom top` with ratatui. Renders a [`TopModel`] as it is: no figure is computed
-//! here, only formatted.
+//! Drawing `headroom top` and the sweep's live view with ratatui. Renders a [`TopModel`] or a
+//! [`LevelView`] as it is: no figure is computed here, only formatted.
 
 use headroom_core::slo::{fmt_duration_s, fmt_num};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Paragraph, Row, Table, Tabs, Wrap};
+use ratatui::widgets::{Block, Borders, Gauge, Paragraph, Row, Table, Tabs, Wrap};
 
-use super::model::{ClassView, ObjectiveRow, Status, TopModel};
+use super::model::{ClassView, LevelView, ObjectiveRow, Status, TopModel};
 
 /// What the viewer chose: which class is shown.
 #[derive(Debug, Clone, Copy, Default)]
@@ -24,7 +24,7 @@ fn status_style(s: Status) -> Style {
     match s {
         Status::Ok => Style::default().fg(Color::Green),
         Status::Breach => Style::default().fg(Color::Red).add_modifier(Modifier::BOLD),
-        Status::TooFew => Style::default().fg(Color::Yellow),
+        Status::TooFew | Status::Undecided => Style::default().fg(Color::Yellow),
         Status::NoData => Style::default().fg(Color::DarkGray),
     }
 }
@@ -34,6 +34,7 @@ fn status_text(s: Status) -> &'static str {
         Status::Ok => "ok",
         Status::Breach => "BREACH",
         Status::TooFew => "too few",
+        Status::Undecided => "undecided",
         Status::NoData => "no data",
     }
 }
@@ -93,7 +94,7 @@ pub fn objectives_table(rows: &[ObjectiveRow], title: String) -> Table<'static> 
             Constraint::Length(10),
             Constraint::Length(7),
             Constraint::Length(15),
-            Constraint::Length(8),
+            Constraint::Length(10),
         ],
     )
     .header(header)
@@ -259,6 +260,115 @@ fn draw_errors(f: &mut Frame, errors: &[String], area: Rect) {
     );
 }
 
+/// Draws the sweep's live view.
+pub fn draw_level(f: &mut Frame, v: &LevelView) {
+    let samples: Vec<Line> = v
+        .objectives
+        .iter()
+        .map(|o| {
+            let mut l = if !o.latency {
+                format!("{}: {} requests", o.id, o.samples)
+            } else if o.samples < o.need {
+                format!(
+                    "{}: {} of the {} samples the percentile needs",
+                    o.id, o.samples, o.need
+                )
+            } else {
+                format!(
+                    "{}: {} samples, enough for the percentile ({})",
+                    o.id, o.samples, o.need
+                )
+            };
+            if let Some(n) = &o.note {
+                l.push_str(&format!("; {n}"));
+            }
+            Line::from(l)
+        })
+        .collect();
+    let [head, bar, objs, counts, done, notes] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(1),
+        Constraint::Min(5),
+        Constraint::Length(samples.len() as u16 + 2),
+        Constraint::Length(v.done.len().min(8) as u16 + 2),
+        Constraint::Length(v.notes.len().min(4) as u16 + 2),
+    ])
+    .areas(f.area());
+    f.render_widget(
+        Paragraph::new(samples).block(Block::default().borders(Borders::ALL).title(" samples ")),
+        counts,
+    );
+    f.render_widget(
+        Paragraph::new(Line::from(vec![
+            Span::styled(
+                "headroom sweep",
+                Style::default().add_modifier(Modifier::BOLD),
+            ),
+            Span::raw(format!(
+                "  phase {}  load {}  {}",
+                v.phase,
+                v.load,
+                if v.in_window {
+                    format!("measurement window: {} requests finished", v.finished)
+                } else {
+                    "warm-up".to_owned()
+                }
+            )),
+        ])),
+        head,
+    );
+    let ratio = if v.expected_s > 0.0 {
+        (v.elapsed_s / v.expected_s).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    f.render_widget(
+        Gauge::default()
+            .ratio(ratio)
+            .label(format!(
+                "elapsed {:.0} s · remaining {:.0} s (planned; extended while an objective lacks samples)",
+                v.elapsed_s,
+                (v.expected_s - v.elapsed_s).max(0.0)
+            ))
+            .gauge_style(Style::default().fg(Color::Cyan)),
+        bar,
+    );
+    f.render_widget(
+        objectives_table(&v.objectives, format!(" {} · level in progress ", v.phase)),
+        objs,
+    );
+    let lines: Vec<Line> = v
+        .done
+        .iter()
+        .rev()
+        .take(8)
+        .rev()
+        .map(|l| Line::from(l.clone()))
+        .collect();
+    f.render_widget(
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" levels done "),
+        ),
+        done,
+    );
+    let lines: Vec<Line> = v
+        .notes
+        .iter()
+        .rev()
+        .take(4)
+        .rev()
+        .map(|l| Line::from(l.clone()))
+        .collect();
+    f.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: true })
+            .block(Block::default().borders(Borders::ALL).title(" notes ")),
+        notes,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +452,34 @@ mod tests {
             "KV cache 12 % (max 40 %)",
             "unreachable",
             "tab/←→ class",
+        ] {
+            assert!(s.contains(want), "{want:?} missing in\n{s}");
+        }
+    }
+
+    #[test]
+    fn level_view_renders_progress() {
+        let v = LevelView {
+            phase: "chat".into(),
+            load: "16 concurrent".into(),
+            elapsed_s: 3.0,
+            expected_s: 9.0,
+            finished: 7,
+            in_window: true,
+            objectives: vec![row(Status::TooFew)],
+            done: vec!["chat 8 concurrent: PASS".into()],
+            notes: vec!["a note".into()],
+        };
+        let s = screen(|f| draw_level(f, &v));
+        for want in [
+            "phase chat",
+            "load 16 concurrent",
+            "measurement window: 7 requests finished",
+            "elapsed 3 s · remaining 6 s",
+            "12 / 20",
+            "ttft_p95: 12 of the 20 samples the percentile needs",
+            "chat 8 concurrent: PASS",
+            "a note",
         ] {
             assert!(s.contains(want), "{want:?} missing in\n{s}");
         }

@@ -11,8 +11,9 @@
 //! the error budget (`1 − p/100`; the maximum ratio for the error objective), so 1.0 spends the
 //! budget exactly as fast as the SLO allows (Google SRE Workbook, ch. 5).
 
+use headroom_core::run::ObjectiveResult;
 use headroom_core::stats::min_samples_for_percentile;
-use headroom_core::{Objective, SloSpec};
+use headroom_core::{Objective, SloSpec, Verdict};
 use headroom_signals::adapter::GpuField;
 use headroom_signals::window::GpuWindow;
 use headroom_signals::{Signal, Window};
@@ -38,6 +39,9 @@ pub enum Status {
     Breach,
     /// Fewer observations than the percentile needs (20 for p95); the figure is shown anyway.
     TooFew,
+    /// Enough observations, but the 95 % interval of the bad share still straddles the budget
+    /// (the sweep's live view; a level's final verdict takes the point estimate then).
+    Undecided,
     /// Nothing observed in the window, or the source has no such series.
     NoData,
 }
@@ -49,6 +53,7 @@ impl Status {
             Status::Ok => "ok",
             Status::Breach => "breach",
             Status::TooFew => "too_few",
+            Status::Undecided => "undecided",
             Status::NoData => "no_data",
         }
     }
@@ -282,6 +287,73 @@ fn objective_row(o: &Objective, w: &Window, kind: SourceKind) -> ObjectiveRow {
         None => Status::NoData,
     };
     row
+}
+
+impl ObjectiveRow {
+    /// A row of the sweep's live view from the objective as the level's check judged it so
+    /// far: samples against what the percentile needs, and, while undecided, the samples at
+    /// which the share seen so far would be certain (73 for a p95 with nothing above the
+    /// threshold: z²·0.95/0.05), as the sweep's window extension reckons it.
+    pub fn from_result(r: &ObjectiveResult) -> ObjectiveRow {
+        let allowed = r.objective_allowed_share().unwrap_or(0.0);
+        let bad_share = r
+            .share
+            .filter(|s| s.n > 0)
+            .map(|s| s.bad as f64 / s.n as f64);
+        let need = r.needed_samples();
+        let certain = match r.share {
+            Some(s) if s.n > 0 && s.bad > 0 => s.samples_to_decide(),
+            _ => headroom_core::stats::samples_to_decide(0, 1, allowed),
+        };
+        let status = match r.verdict {
+            Verdict::Pass => Status::Ok,
+            Verdict::Fail => Status::Breach,
+            Verdict::Inconclusive if r.samples == 0 => Status::NoData,
+            Verdict::Inconclusive if r.samples < need => Status::TooFew,
+            Verdict::Inconclusive => Status::Undecided,
+        };
+        let decided = r.share.is_some_and(|s| s.is_certain());
+        ObjectiveRow {
+            id: r.id.clone(),
+            description: r.description.clone(),
+            latency: r.id.rsplit('/').next() != Some("error_rate"),
+            threshold: r.threshold,
+            value: r.observed,
+            at_most: false,
+            samples: r.samples,
+            need,
+            bad_share,
+            allowed,
+            burn: bad_share.filter(|_| allowed > 0.0).map(|b| b / allowed),
+            status,
+            note: certain
+                .filter(|_| !decided)
+                .map(|c| format!("a certain verdict needs about {c} samples")),
+        }
+    }
+}
+
+/// The sweep's level in progress, as its live view (`--progress tui`) shows it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LevelView {
+    /// Phase (a class or `mix`).
+    pub phase: String,
+    /// The load (`16 concurrent`, `4 req/s`).
+    pub load: String,
+    /// Seconds since the level started.
+    pub elapsed_s: f64,
+    /// Planned seconds (warm-up + window; the window may still be extended).
+    pub expected_s: f64,
+    /// Whether the measurement window has opened (the first tick comes from it).
+    pub in_window: bool,
+    /// Requests of the window that ended so far.
+    pub finished: u64,
+    /// Objective rows: samples so far against what the percentile needs, percentiles so far.
+    pub objectives: Vec<ObjectiveRow>,
+    /// Levels done so far, one short line each.
+    pub done: Vec<String>,
+    /// Notes, newest last.
+    pub notes: Vec<String>,
 }
 
 impl GpuView {

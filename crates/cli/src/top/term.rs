@@ -77,10 +77,18 @@ impl Screen {
                 terminal::enable_raw_mode()?;
             }
             let mut w = writer(target);
-            execute!(w, terminal::EnterAlternateScreen, cursor::Hide)?;
-            let mut terminal = Terminal::new(CrosstermBackend::new(w))?;
-            terminal.clear()?;
-            Ok(Screen { terminal })
+            // Cleared here, not with `Terminal::clear`, which asks the terminal for the cursor
+            // position: crossterm asks on stdout and reads the answer in raw mode, neither of
+            // which holds for the sweep's view on stderr with stdout redirected.
+            execute!(
+                w,
+                terminal::EnterAlternateScreen,
+                terminal::Clear(terminal::ClearType::All),
+                cursor::Hide
+            )?;
+            Ok(Screen {
+                terminal: Terminal::new(CrosstermBackend::new(w))?,
+            })
         };
         setup().inspect_err(|_| restore())
     }

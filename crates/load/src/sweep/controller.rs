@@ -69,7 +69,27 @@ pub trait Progress: Send + Sync {
     fn level_done(&self, phase: &str, level: &LevelResult);
     /// Something worth saying once.
     fn note(&self, msg: &str);
+    /// The level in progress, about once a second during its measurement window (live views;
+    /// the default ignores it).
+    fn level_tick(&self, _tick: &LevelTick) {}
 }
+
+/// What a level's window has gathered so far: the objectives as the early-stop check judged
+/// them on the recording (samples, percentile, verdict), without any histogram copied out.
+#[derive(Debug, Clone)]
+pub struct LevelTick {
+    /// Time since the measurement window opened.
+    pub window_elapsed: Duration,
+    /// Requests started in the window.
+    pub started: u64,
+    /// Requests of the window that ended (any outcome).
+    pub finished: u64,
+    /// Each objective on the window so far (not final: a verdict may still change).
+    pub objectives: Vec<ObjectiveResult>,
+}
+
+/// The newest [`LevelTick`], sent by the check for [`Progress::level_tick`].
+type TickSlot = tokio::sync::watch::Sender<Option<LevelTick>>;
 
 /// A [`Progress`] that says nothing.
 pub struct Quiet;
@@ -436,7 +456,8 @@ impl Sweep<'_> {
         self.progress
             .level_start(&phase.name, load, s.mode, s.warmup + s.measure);
         let spec = phase_spec(self.slo, phase);
-        let check = early_stop_check(phase, self.slo, s.measure, s.measure_max);
+        let (ticks, tick_rx) = tokio::sync::watch::channel(None);
+        let check = early_stop_check(phase, self.slo, s.measure, s.measure_max, ticks);
         let opts = RunOptions {
             drain_max: s.drain_max,
             measure_max: s.measure_max.max(s.measure),
@@ -458,7 +479,14 @@ impl Sweep<'_> {
                 seed,
                 opts: &opts,
             }),
-            None => self.measure_http(phase, mode, seed, &opts).await,
+            None => {
+                with_ticks(
+                    self.measure_http(phase, mode, seed, &opts),
+                    tick_rx,
+                    self.progress,
+                )
+                .await
+            }
         };
         // The raw files; they are written after results.json (see `RawFiles`).
         let raw = RawFiles {
@@ -728,6 +756,27 @@ pub(crate) fn client_objectives(
     out
 }
 
+/// Runs a level's measurement, handing each tick its check sends (about once a second, as
+/// often as the runner checks) to `progress`.
+async fn with_ticks<T>(
+    measure: impl std::future::Future<Output = T>,
+    mut ticks: tokio::sync::watch::Receiver<Option<LevelTick>>,
+    progress: &dyn Progress,
+) -> T {
+    tokio::pin!(measure);
+    loop {
+        tokio::select! {
+            m = &mut measure => return m,
+            Ok(()) = ticks.changed() => {
+                let t = ticks.borrow_and_update().clone();
+                if let Some(t) = t {
+                    progress.level_tick(&t);
+                }
+            }
+        }
+    }
+}
+
 /// The check the runner calls during the window: stop early once a breach is certain; at the
 /// end of the base window, continue (up to `measure_max`) only while an objective is undecided.
 fn early_stop_check(
@@ -735,6 +784,7 @@ fn early_stop_check(
     slo: &SloFile,
     measure: Duration,
     measure_max: Duration,
+    ticks: TickSlot,
 ) -> LevelCheck {
     let phase = phase.clone();
     let slo = slo.clone();
@@ -745,6 +795,12 @@ fn early_stop_check(
             return true;
         }
         let results = client_objectives(&slo, &phase, rec, false);
+        ticks.send_replace(Some(LevelTick {
+            window_elapsed: elapsed,
+            started: rec.started,
+            finished: rec.classes.iter().flat_map(|c| c.outcomes.values()).sum(),
+            objectives: results.clone(),
+        }));
         if results.iter().any(|r| r.verdict == Verdict::Fail) {
             return true;
         }

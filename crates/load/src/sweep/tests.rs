@@ -486,6 +486,59 @@ mod sweep_runs {
         assert!(serde_json::to_value(&levels[0]).unwrap()["repeats"].is_array());
     }
 
+    /// A live view gets the level in progress about once a second: the window's requests so
+    /// far and each objective of the SLO with its samples, as the early-stop check judged them.
+    #[tokio::test]
+    async fn a_long_window_ticks_its_progress_with_every_objective() {
+        use crate::sweep::controller::{LevelTick, Progress};
+        use headroom_core::run::LevelResult;
+        #[derive(Default)]
+        struct Ticks(Mutex<Vec<LevelTick>>);
+        impl Progress for Ticks {
+            fn level_start(&self, _: &str, _: f64, _: LoadMode, _: Duration) {}
+            fn level_done(&self, _: &str, _: &LevelResult) {}
+            fn note(&self, _: &str) {}
+            fn level_tick(&self, t: &LevelTick) {
+                self.0.lock().unwrap().push(t.clone());
+            }
+        }
+        let stub = StubServer::start(StubConfig::default()).unwrap();
+        let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = settings(dir.path(), &[2.0]);
+        s.measure = Duration::from_millis(2600);
+        s.measure_max = s.measure;
+        let ticks = Ticks::default();
+        let on_result = |_: &RunResult| Ok(());
+        Sweep {
+            target: &t,
+            plans: &plans("concurrency"),
+            slo: &slo(),
+            settings: &s,
+            cancel: CancellationFlag::new(),
+            progress: &ticks,
+            on_result: &on_result,
+            clock_lag: None,
+            measurer: None,
+        }
+        .run()
+        .await;
+        let got = ticks.0.into_inner().unwrap();
+        assert!(got.len() >= 2, "{} ticks in a 2.6 s window", got.len());
+        let last = got.last().unwrap();
+        let ids: Vec<&str> = last.objectives.iter().map(|o| o.id.as_str()).collect();
+        assert_eq!(ids, ["ttft_p50", "error_rate"]);
+        assert!(
+            last.finished > 0 && last.started >= last.finished,
+            "{last:?}"
+        );
+        assert!(last.objectives[0].samples > 0, "{last:?}");
+        assert!(
+            got.windows(2)
+                .all(|w| w[0].window_elapsed <= w[1].window_elapsed)
+        );
+    }
+
     /// `only_phase` runs that phase alone (a class, or the mix).
     #[tokio::test]
     async fn only_phase_sweeps_one_phase() {
