@@ -225,6 +225,8 @@ mod tests {
         long_flags(&super::Cli::command(), &mut known);
         known.extend(["help", "version"].map(String::from));
         known.extend(VLLM_FLAGS.iter().map(|f| (*f).to_string()));
+        // Prometheus's own, for `--push-to`'s receiver.
+        known.insert("web.enable-remote-write-receiver".to_string());
         let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut unknown = Vec::new();
         let mut files = Vec::new();
@@ -274,9 +276,12 @@ mod tests {
                     let after = &rest[i + 2..];
                     let flag: String = after
                         .chars()
-                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+                        .take_while(|c| {
+                            c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '.'
+                        })
                         .collect();
-                    let flag = flag.trim_end_matches('-').to_string();
+                    // A sentence may end right after a flag: `--quick.`
+                    let flag = flag.trim_end_matches(['-', '.']).to_string();
                     let before = rest[..i].chars().last();
                     if !flag.is_empty()
                         && flag.starts_with(|c: char| c.is_ascii_lowercase())

@@ -15,6 +15,7 @@ use headroom_load::sweep::search::LevelPlan;
 use headroom_load::workload::{
     DEFAULT_WORKLOAD_YAML, Levels, Workload, check_level, window_from_secs,
 };
+use headroom_report::remote_write::{self, Pusher, RemoteWriteClient};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -94,6 +95,11 @@ pub struct SweepArgs {
     /// Run directory (default: runs/<UTC date>T<time>Z, e.g. runs/20261129T215726Z).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Prometheus remote-write URL (e.g. http://127.0.0.1:9090/api/v1/write): each finished
+    /// level's results are pushed there as series, after every level and at the end. A failed
+    /// push is a warning; the run directory keeps everything.
+    #[arg(long, value_name = "URL")]
+    pub push_to: Option<String>,
     /// A short smoke run: short windows, coarse search.
     #[arg(long)]
     pub quick: bool,
@@ -234,6 +240,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     // Every number on the command line is checked before anything starts, as the workload's
     // fields are: bad input is an error naming the flag, never a panic.
     let scrape_interval = flag_scrape_interval(args.scrape_interval)?;
+    let push_client = push_client(args.push_to.as_deref())?;
     // Each spec file is read once: parsed here, and copied into the run directory below.
     let read = |p: &Path| {
         std::fs::read_to_string(p)
@@ -615,6 +622,15 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     }
     // What each run file's latest write did, so the closing line names only files that exist.
     let files: Arc<Mutex<FileLog>> = Arc::default();
+    // Pushes run beside the sweep: a slow or dead receiver never holds up a level.
+    let pusher = push_client.map(|c| {
+        Pusher::spawn(c, remote_write::run_id(&run_dir), |e| {
+            eprintln!(
+                "headroom: warning: push failed: {e}; the sweep goes on, the run directory has every level"
+            );
+        })
+    });
+    let push = pusher.as_ref();
     let on_result = {
         let dir = run_dir.clone();
         let files = files.clone();
@@ -624,6 +640,9 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             log.record(&got);
+            if let Some(p) = push {
+                p.offer(r);
+            }
             got.map(|_| ()).map_err(|e| e.to_string())
         }
     };
@@ -684,6 +703,18 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     drop(progress); // leaves the live view before the table prints
     if let Some(h) = embedded {
         h.shutdown().await;
+    }
+    if let (Some(p), Some(url)) = (pusher, &args.push_to) {
+        let report = p.finish(remote_write::client::FINISH_WAIT).await;
+        match report.warning(&redact_url(url)) {
+            Some(w) => eprintln!("headroom: warning: {w}"),
+            None => eprintln!(
+                "headroom: pushed {} samples to {} (job=\"headroom\", run_id=\"{}\")",
+                report.samples,
+                redact_url(url),
+                remote_write::run_id(&run_dir)
+            ),
+        }
     }
     println!("{}", headroom_report::terminal::render(&result));
     let log = files
@@ -891,6 +922,16 @@ impl FileLog {
         }
         s
     }
+}
+
+/// The remote-write client for `--push-to URL`, checked before anything starts.
+///
+/// # Errors
+/// The URL is not `http://host:port/path`; the message names the flag.
+pub(crate) fn push_client(url: Option<&str>) -> Result<Option<RemoteWriteClient>> {
+    url.map(RemoteWriteClient::new)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--push-to: {e}"))
 }
 
 /// `--warmup` / `--measure` in seconds, checked as the workload's `warmup` / `measure` are.

@@ -118,14 +118,35 @@ pub fn prometheus_bin(what: &str) -> Option<PathBuf> {
 /// # Panics
 /// When it cannot be started or reports no port within 30 s.
 pub fn start_prometheus(bin: &Path, dir: &Path, target_port: u16) -> (Killed, u16) {
-    let cfg = dir.join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!(
+    spawn_prometheus(
+        bin,
+        dir,
+        &format!(
             "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n  - job_name: vllm\n    scrape_interval: 1s\n    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
         ),
+        &[],
     )
-    .expect("write prometheus.yml");
+}
+
+/// Starts Prometheus (`bin`) as [`start_prometheus`] does, scraping nothing, with its
+/// remote-write receiver on (`POST /api/v1/write`); returns the guard and the port it bound.
+///
+/// # Panics
+/// When it cannot be started or reports no port within 30 s.
+pub fn start_prometheus_receiver(bin: &Path, dir: &Path) -> (Killed, u16) {
+    spawn_prometheus(
+        bin,
+        dir,
+        "global: {scrape_interval: 1s}\n",
+        &["web.enable-remote-write-receiver"],
+    )
+}
+
+/// Prometheus with `config` as its configuration file, its TSDB in `dir/data`, its log in
+/// `dir/prometheus.log`, and the valueless flags `switches`.
+fn spawn_prometheus(bin: &Path, dir: &Path, config: &str, switches: &[&str]) -> (Killed, u16) {
+    let cfg = dir.join("prometheus.yml");
+    std::fs::write(&cfg, config).expect("write prometheus.yml");
     let log_path = dir.join("prometheus.log");
     let log = std::fs::File::create(&log_path).expect("create prometheus.log");
     // Prometheus's own flags, `--name=value` (spelled so that the CLI's check of the flags its
@@ -139,6 +160,7 @@ pub fn start_prometheus(bin: &Path, dir: &Path, target_port: u16) -> (Killed, u1
         ))
         .arg(flag("web.listen-address", "127.0.0.1:0"))
         .arg(flag("log.level", "info"))
+        .args(switches.iter().map(|s| format!("--{s}")))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
