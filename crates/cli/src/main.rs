@@ -4,10 +4,10 @@
 mod compare_cmd;
 mod diagnose_cmd;
 mod gateway_cmd;
+mod plan_cmd;
 mod report_cmd;
 mod sim_cmd;
 mod slo_cmd;
-mod plan_cmd;
 mod sweep_cmd;
 mod sweep_progress;
 mod top;

@@ -46,6 +46,10 @@ pub struct PlanArgs {
     /// vLLM --gpu-memory-utilization (default 0.9).
     #[arg(long)]
     pub gpu_memory_utilization: Option<f64>,
+    /// Model the frontend as one CPU queue (per-request and per-chunk service times) and a
+    /// client gap between requests; off by default (not validated, see the caveats).
+    #[arg(long)]
+    pub frontend_cpu_queue: bool,
     /// Plan these GPUs side by side (comma-separated presets): one plan each, in
     /// OUT/<gpu>/, and one table.
     #[arg(long, value_delimiter = ',', value_name = "GPUS")]
@@ -78,9 +82,9 @@ pub struct PlanArgs {
     /// Simulated warm-up per level (default 60s).
     #[arg(long, value_parser = seconds_arg, default_value = "60")]
     pub warmup: f64,
-    /// Simulated measurement window per level (default 10m; extended up to 4× while a
-    /// percentile is undecided).
-    #[arg(long, value_parser = seconds_arg, default_value = "600")]
+    /// Simulated measurement window per level (default 5m, about 1,300 requests at the
+    /// default workload's capacity; extended up to 4× while a percentile is undecided).
+    #[arg(long, value_parser = seconds_arg, default_value = "300")]
     pub measure: f64,
     /// Sweep only this phase: one class of the workload, or `mix`.
     #[arg(long, value_name = "NAME")]
@@ -287,6 +291,7 @@ fn twin_spec(a: &PlanArgs, gpu: &str) -> headroom_sim::SimSpec {
         max_num_seqs: a.max_num_seqs,
         max_num_batched_tokens: a.max_num_batched_tokens,
         enable_per_request_metrics: true,
+        frontend_cpu_queue: a.frontend_cpu_queue,
         seed: a.seed,
         ..headroom_sim::SimSpec::default()
     };
@@ -299,6 +304,7 @@ fn twin_spec(a: &PlanArgs, gpu: &str) -> headroom_sim::SimSpec {
 /// What one GPU's plan found, for the table.
 struct Planned {
     gpu: String,
+    caveats: Vec<String>,
     dir: PathBuf,
     result: RunResult,
     exit: i32,
@@ -364,6 +370,7 @@ async fn plan_one(
                 "gpu_memory_utilization": cfg.gpu_memory_utilization,
                 "num_gpu_blocks": cfg.num_gpu_blocks,
                 "block_size": cfg.block_size,
+                "caveats": headroom_plan::bounds::caveats(&cfg),
             },
         }),
         workload: {
@@ -456,10 +463,15 @@ async fn plan_one(
     };
     Ok(Planned {
         gpu: gpu.to_string(),
+        caveats: headroom_plan::bounds::caveats(&cfg),
         dir: dir.to_path_buf(),
         result,
         exit,
     })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The level a phase's capacity was found at.
@@ -495,54 +507,66 @@ fn per_replica(p: &PhaseResult, peak: Peak) -> Option<f64> {
 /// The plan table: per GPU and phase, the capacity at the SLO with its band, tokens/s, tokens
 /// per joule, KV use and, with a peak, the replicas.
 fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
-    let mut out = String::new();
-    out.push_str(&format!(
-        "{:<10} {:<10} {:>18} {:>10} {:>10} {:>8} {:>8}{}\n",
+    let mut head: Vec<String> = [
         "GPU",
         "phase",
         "capacity",
-        "tok/s",
+        "band",
+        "output tok/s",
         "tok/J",
         "KV use",
         "power W",
-        if peak.is_some() { "  replicas" } else { "" }
-    ));
+    ]
+    .map(String::from)
+    .to_vec();
+    if peak.is_some() {
+        head.push("replicas".into());
+    }
+    let mut rows = vec![head];
     for pl in planned {
         for p in &pl.result.phases {
             let l = capacity_level(p);
-            let cap = match (p.capacity, &p.capacity_band) {
-                (Some(c), _) => headroom_report::fmt_load(c, p.mode),
-                (None, _) => "none passed".to_string(),
-            };
-            let tok = l.map(|l| l.output_tokens_per_s);
-            let power = l.and_then(|l| figure(l, "gpu_power_mean_w"));
-            let kv = l.and_then(|l| figure(l, "kv_cache_usage_mean_ratio"));
-            // The engine's generated tokens over the DCGM energy of the same window.
-            let per_j = l.and_then(|l| figure(l, "generation_tokens_per_joule"));
             let f = |v: Option<f64>, d: usize| v.map_or("–".to_string(), |v| format!("{v:.d$}"));
-            let reps = peak.map(|pk| {
+            let mut row = vec![
+                pl.gpu.clone(),
+                p.name.clone(),
+                p.capacity.map_or("none passed".to_string(), |c| {
+                    headroom_report::fmt_load(c, p.mode)
+                }),
+                band(p),
+                f(l.map(|l| l.output_tokens_per_s), 0),
+                // The engine's generated tokens over the DCGM energy of the same window.
+                f(l.and_then(|l| figure(l, "generation_tokens_per_joule")), 2),
+                l.and_then(|l| figure(l, "kv_cache_usage_mean_ratio"))
+                    .map_or("–".to_string(), |k| format!("{:.0}%", k * 100.0)),
+                f(l.and_then(|l| figure(l, "gpu_power_mean_w")), 0),
+            ];
+            if let Some(pk) = peak {
                 let want = match pk {
                     Peak::Rate(x) | Peak::Concurrency(x) => x,
                 };
-                match per_replica(p, pk).and_then(|c| replicas(want, c, headroom)) {
-                    Some(n) => format!("  {n:>8}"),
-                    None => "  –".to_string(),
-                }
-            });
-            out.push_str(&format!(
-                "{:<10} {:<10} {:>18} {:>10} {:>10} {:>8} {:>8}{}\n",
-                pl.gpu,
-                p.name,
-                cap,
-                f(tok, 0),
-                f(per_j, 2),
-                kv.map_or("–".to_string(), |k| format!("{:.0}%", k * 100.0)),
-                f(power, 0),
-                reps.unwrap_or_default()
-            ));
+                row.push(
+                    per_replica(p, pk)
+                        .and_then(|c| replicas(want, c, headroom))
+                        .map_or("–".to_string(), |n| n.to_string()),
+                );
+            }
+            rows.push(row);
         }
     }
-    out
+    headroom_report::diagnosis::table(&rows, "  ")
+}
+
+/// A phase's capacity band as `certain PASS … certain FAIL` (`–` when the search found none).
+fn band(p: &PhaseResult) -> String {
+    match &p.capacity_band {
+        Some(b) => {
+            let lo = b.low.map_or("–".to_string(), fmt_num);
+            let hi = b.high.map_or("–".to_string(), fmt_num);
+            format!("[{lo}, {hi})")
+        }
+        None => "–".to_string(),
+    }
 }
 
 /// Runs the plan; exit status 0 when every plan completed with a capacity, 3 when a GPU's found
@@ -576,13 +600,50 @@ pub async fn run(a: PlanArgs, argv: Vec<String>) -> Result<i32> {
         });
     }
     let many = gpus.len() > 1;
-    let mut planned = Vec::new();
-    for gpu in &gpus {
-        if cancel.is_cancelled() {
-            break;
+    // One plan per core at a time: each is CPU-bound on its own engine, with nothing shared.
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(gpus.len())
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done: Mutex<Vec<(usize, Result<Planned>)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let i = next.fetch_add(gpus.len(), std::sync::atomic::Ordering::Relaxed);
+                        if i < gpus.len() {
+                            let e = anyhow::anyhow!("cannot start a planner thread: {e}");
+                            lock(&done).push((i, Err(e)));
+                        }
+                        return;
+                    }
+                };
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(gpu) = gpus.get(i) else { break };
+                    if cancel.is_cancelled() {
+                        break;
+                    }
+                    let dir = if many { base.join(gpu) } else { base.clone() };
+                    let r = rt.block_on(plan_one(&a, &p, gpu, &dir, &argv, &cancel, many));
+                    lock(&done).push((i, r));
+                }
+            });
         }
-        let dir = if many { base.join(gpu) } else { base.clone() };
-        planned.push(plan_one(&a, &p, gpu, &dir, &argv, &cancel, many).await?);
+    });
+    let mut done = done
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    done.sort_by_key(|d| d.0);
+    let mut planned = Vec::new();
+    for (_, r) in done {
+        planned.push(r?);
     }
     if !many && let Some(pl) = planned.first() {
         println!("{}", headroom_report::terminal::render(&pl.result));
@@ -600,6 +661,26 @@ pub async fn run(a: PlanArgs, argv: Vec<String>) -> Result<i32> {
         ))
     );
     print!("{}", table(&planned, peak, headroom));
+    // The capacity band is sampling noise; what the model itself may get wrong, per GPU (the
+    // signal biases are the same for all, printed once).
+    let shared: Vec<&String> = planned
+        .first()
+        .map(|p| {
+            p.caveats
+                .iter()
+                .filter(|c| planned.iter().all(|q| q.caveats.contains(c)))
+                .collect()
+        })
+        .unwrap_or_default();
+    println!("How wrong the twin may be (crates/sim/CALIBRATION.md):");
+    for c in &shared {
+        println!("  - {c}");
+    }
+    for pl in &planned {
+        for c in pl.caveats.iter().filter(|c| !shared.contains(c)) {
+            println!("  - {c}");
+        }
+    }
     for pl in &planned {
         if many {
             println!("{}: {}", pl.gpu, pl.dir.display());

@@ -7,3 +7,4 @@
 //! deterministic for a seed.
 
 pub mod twin;
+pub mod bounds;

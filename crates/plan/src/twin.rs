@@ -289,6 +289,8 @@ impl<'a> Level<'a> {
         let mut t = 0.0f64;
         let mut steps = 0u64;
         let mut idle = 0u32;
+        // What a closed-loop client waits between an answer's last token and its next request.
+        let gap = self.twin.cfg.client_gap_s();
 
         // Closed loop: every user ready at 0; open loop: the arrival schedule, capped or not.
         let mut ready: Vec<(f64, usize)> = Vec::new();
@@ -452,7 +454,7 @@ impl<'a> Level<'a> {
                     let rec = f.record(warm, done, outcome);
                     self.finish_record(&rec, f.in_window);
                     if let Some(u) = f.user {
-                        ready.push((done, u));
+                        ready.push((done + gap, u));
                     }
                 }
             }

@@ -103,8 +103,9 @@ fn header_line(d: &Diagnosis) -> String {
     )
 }
 
-/// Left-aligned columns separated by two spaces, each line prefixed by `indent`.
-fn table(rows: &[Vec<String>], indent: &str) -> String {
+/// Left-aligned columns separated by two spaces, each line prefixed by `indent` (the terminal
+/// tables of `diagnose` and `plan`).
+pub fn table(rows: &[Vec<String>], indent: &str) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {

@@ -1,0 +1,161 @@
+//! `headroom plan` end to end: the default plan finds the capacity the wall-clock sweep of the
+//! same twin finds, writes a run directory `compare` and `report` read, is deterministic for a
+//! seed, sizes replicas from the capacity level's own request rate, and plans several GPUs
+//! into one table. Each child is bounded by `timeout`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+
+fn headroom(args: &[&str]) -> Output {
+    Command::new("timeout")
+        .arg("300")
+        .arg(BIN)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn results(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap()
+}
+
+/// Every field but the wall-clock timestamps, for comparing two plans of one seed.
+fn without_times(v: &serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => m
+            .iter()
+            .filter(|(k, _)| k.as_str() != "started_unix_s")
+            .map(|(k, v)| (k.clone(), without_times(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        serde_json::Value::Array(a) => a.iter().map(without_times).collect(),
+        // Scrape file names carry the scrape's Unix time.
+        serde_json::Value::String(s) if s.starts_with("scrapes/") => "scrape".into(),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn the_default_plan_finds_the_sweeps_capacity_deterministically_and_compare_reads_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    for dir in [&a, &b] {
+        let out = headroom(&[
+            "plan",
+            "--warmup",
+            "30",
+            "--measure",
+            "240",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("How wrong the twin may be"), "{text}");
+    }
+    let r = results(&a);
+    assert_eq!(r["status"]["state"], "complete", "{}", r["status"]);
+    let phase = &r["phases"][0];
+    let cap = phase["capacity"].as_f64().unwrap();
+    // The wall-clock sweep of the same twin and workload finds 128 with its band [128, 160)
+    // (README, scripts/capacity-repeatability); the virtual clock has no host in the way.
+    assert!((112.0..=160.0).contains(&cap), "capacity {cap}");
+    let band = &phase["capacity_band"];
+    let (lo, hi) = (
+        band["low"].as_f64().unwrap(),
+        band["high"].as_f64().unwrap(),
+    );
+    assert!(lo <= cap && cap < hi && hi <= 1.5 * lo, "band {band}");
+    // Hours of simulated traffic make every verdict certain except near the capacity itself:
+    // a point estimate decided only loads inside the band.
+    for b in band["borderline"].as_array().unwrap() {
+        let b = b.as_f64().unwrap();
+        assert!(lo <= b && b < hi, "borderline {b} outside the band {band}");
+    }
+    // Deterministic for a seed: the second plan is the first.
+    assert_eq!(without_times(&r), without_times(&results(&b)));
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(a.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["engine_config"]["plan"]["virtual_clock"], true);
+    // A normal run directory: compare promotes an identical candidate, report renders it.
+    let cmp = headroom(&["compare", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_eq!(
+        cmp.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&cmp.stdout),
+        String::from_utf8_lossy(&cmp.stderr)
+    );
+    let rep = headroom(&["report", a.to_str().unwrap()]);
+    assert_eq!(rep.status.code(), Some(0));
+    assert!(a.join("report.html").is_file());
+}
+
+#[test]
+fn peak_replicas_follow_the_capacity_levels_request_rate_and_gpus_share_one_table() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = headroom(&[
+        "plan",
+        "--compare-gpus",
+        "a10g,l4",
+        "--levels",
+        "16,64",
+        "--warmup",
+        "20",
+        "--measure",
+        "120",
+        "--peak",
+        "40req/s",
+        "--headroom",
+        "25%",
+        "--out",
+        tmp.path().to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for gpu in ["a10g", "l4"] {
+        let r = results(&tmp.path().join(gpu));
+        let phase = &r["phases"][0];
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(gpu))
+            .unwrap_or_else(|| panic!("no {gpu} row in\n{text}"));
+        let last = row.split_whitespace().last().unwrap();
+        match phase["capacity"].as_f64() {
+            Some(cap) => {
+                let level = phase["levels"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|l| l["load"].as_f64() == Some(cap))
+                    .unwrap();
+                let rate = level["request_rate_per_s"].as_f64().unwrap();
+                let want = (40.0 / (rate * 0.75)).ceil() as u64;
+                assert_eq!(last, want.to_string(), "{row}");
+            }
+            None => assert_eq!(last, "–", "{row}"),
+        }
+    }
+}
+
+#[test]
+fn bad_plan_input_names_the_flag() {
+    for (args, needle) in [
+        (vec!["plan", "--gpu", "nosuch"], "nosuch"),
+        (vec!["plan", "--peak", "lots"], "--peak"),
+        (vec!["plan", "--headroom", "120%"], "--headroom"),
+        (vec!["plan", "--class", "nope"], "--class nope"),
+    ] {
+        let out = headroom(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
