@@ -170,21 +170,15 @@ fn plain_lines_without_a_terminal() {
 
 /// An unreachable URL and a body that is not metrics are lines naming the URL; top keeps
 /// retrying and still ends by itself.
-/// `headroom top --plain --interval 0.2 BOUND --url URL`: its lines, after checking it ended 0.
-fn plain_top(bound: [&str; 2], url: &str) -> Vec<String> {
-    let out = Command::new(BIN)
-        .args([
-            "top",
-            "--plain",
-            "--interval",
-            "0.2",
-            bound[0],
-            bound[1],
-            "--url",
-            url,
-        ])
-        .output()
-        .unwrap();
+/// `headroom top --plain --interval 0.2 BOUND --url URL EXTRA` (no `--url` when `url` is
+/// empty): its lines, after checking it ended 0.
+fn plain_top(bound: [&str; 2], url: &str, extra: &[&str]) -> Vec<String> {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["top", "--plain", "--interval", "0.2", bound[0], bound[1]]);
+    if !url.is_empty() {
+        cmd.args(["--url", url]);
+    }
+    let out = cmd.args(extra).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -202,7 +196,7 @@ fn plain_top(bound: [&str; 2], url: &str) -> Vec<String> {
 fn errors_name_the_url_and_top_retries() {
     let (_sock, port) = headroom_testkit::refusing_port();
     let url = format!("http://127.0.0.1:{port}/metrics");
-    let lines = plain_top(["--iterations", "2"], &url);
+    let lines = plain_top(["--iterations", "2"], &url, &[]);
     assert_eq!(lines.len(), 2, "{lines:?}");
     for l in &lines {
         assert!(
@@ -212,7 +206,7 @@ fn errors_name_the_url_and_top_retries() {
     }
     let (_sim, api, _) = sim();
     let url = format!("http://{api}/v1/models");
-    let lines = plain_top(["--duration", "1"], &url);
+    let lines = plain_top(["--duration", "1"], &url, &[]);
     assert!(lines.len() >= 2, "{lines:?}");
     assert!(
         lines
@@ -323,4 +317,65 @@ fn engine_view_under_tmux_quits_on_ctrl_c() {
     t.keys(&["C-c"]);
     let s = t.wait(Duration::from_secs(10), "exit", |s| s.contains("TOP-EXIT="));
     assert!(s.contains("TOP-EXIT=0"), "{s}");
+}
+
+/// `--prometheus`: the same lines from a real Prometheus scraping the twin every second, the
+/// window PromQL's `increase()` over it (extrapolated to the range's edges, so the counts are
+/// near, not exactly, the requests sent). Skips, saying so, without Prometheus.
+#[test]
+fn plain_lines_from_a_real_prometheus() {
+    let Some(prom) = headroom_testkit::prometheus_bin("headroom top --prometheus") else {
+        return;
+    };
+    let (_sim, api, _) = sim();
+    let dir = tempfile::tempdir().unwrap();
+    let port: u16 = api.rsplit(':').next().unwrap().parse().unwrap();
+    let (_p, pport) = headroom_testkit::start_prometheus(&prom, dir.path(), port);
+    let prom_args = [
+        "--prometheus",
+        &format!("http://127.0.0.1:{pport}"),
+        "--windows",
+        "30s",
+    ];
+    // Requests before Prometheus's first scrape of the twin would be in its first sample,
+    // where increase() cannot see them: wait until it holds the twin's series.
+    let t0 = Instant::now();
+    while !plain_top(["--iterations", "1"], "", &prom_args)
+        .iter()
+        .any(|l| l.contains(" class="))
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "Prometheus never scraped the twin"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    for _ in 0..6 {
+        completion(&api);
+    }
+    let t0 = Instant::now();
+    let line = loop {
+        let lines = plain_top(["--iterations", "1"], "", &prom_args);
+        if let Some(l) = lines
+            .iter()
+            .find(|l| field(l, "ttft_p95_n").is_some_and(|n| n != "0"))
+        {
+            break l.clone();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no requests seen through Prometheus: {lines:?}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert!(
+        line.contains("source=\"prometheus http://127.0.0.1:"),
+        "{line}"
+    );
+    assert_eq!(field(&line, "class"), Some(MODEL), "{line}");
+    assert_eq!(field(&line, "window"), Some("30s"), "{line}");
+    assert_eq!(field(&line, "ttft_p95_max"), Some("0.300000"), "{line}");
+    let n: f64 = field(&line, "requests").unwrap().parse().unwrap();
+    assert!((1.0..=12.0).contains(&n), "{line}");
 }
