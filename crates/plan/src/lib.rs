@@ -6,5 +6,5 @@
 //! traffic per level then cost seconds of CPU, every verdict can be certain, and the result is
 //! deterministic for a seed.
 
-pub mod twin;
 pub mod bounds;
+pub mod twin;
