@@ -45,13 +45,41 @@ pub const SIGNAL_ERRORS: [SignalError; 3] = [
     },
 ];
 
+/// What a calibration (`plan --calibrate-from`) measured of the fitted twin's error: it replaces
+/// [`SIGNAL_ERRORS`] in a plan's caveats.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FitBounds {
+    /// The run directory fitted to.
+    pub source: String,
+    /// Whether the planned GPU is the calibrated one (else its constants were carried over).
+    pub same_card: bool,
+    /// Per signal (`itl`, `ttft`, `throughput`): the lowest and highest relative error of the
+    /// fitted twin over the run's levels.
+    pub errors: Vec<(&'static str, f64, f64)>,
+    /// The constants no measured figure constrained, each with why.
+    pub unconstrained: Vec<String>,
+}
+
 /// Caveats of planning `cfg`: estimated constants, a precision or parallelism checked only in
 /// ratio or not at all, contexts beyond what was validated, and the twin's known bias on each
 /// signal a capacity rests on.
 pub fn caveats(cfg: &EngineConfig) -> Vec<String> {
+    caveats_with(cfg, None)
+}
+
+/// [`caveats`], with a calibration: on the calibrated GPU its constants are measured, not
+/// estimated; the fit's own residuals per signal replace the generic [`SIGNAL_ERRORS`]; each
+/// constant the run did not constrain is named.
+pub fn caveats_with(cfg: &EngineConfig, fit: Option<&FitBounds>) -> Vec<String> {
     let mut out = Vec::new();
     let prov = &cfg.gpu.provenance;
-    if prov.is_estimated() {
+    if let Some(f) = fit.filter(|f| !f.same_card) {
+        out.push(format!(
+            "the {} was not measured: the constants fitted to {} are carried over (MBU and MFU as ratios to the presets, host overheads as they are); the error below is the calibrated card's",
+            cfg.gpu.display_name, f.source
+        ));
+    }
+    if prov.is_estimated() && fit.is_none_or(|f| !f.same_card) {
         out.push(format!(
             "the twin's timing constants for the {} are estimated ({}), not fit to a measurement: the figures are a datasheet projection; their error is unknown",
             cfg.gpu.display_name,
@@ -80,6 +108,25 @@ pub fn caveats(cfg: &EngineConfig) -> Vec<String> {
             "max_model_len {}: contexts of 32k tokens and more are not validated (attention and KV traffic dominate there)",
             cfg.max_model_len
         ));
+    }
+    if let Some(f) = fit {
+        for (signal, low, high) in &f.errors {
+            out.push(format!(
+                "{}: the calibrated twin read {:+.1}% to {:+.1}% against the measured levels of {}",
+                match *signal {
+                    "itl" => "ITL",
+                    "ttft" => "TTFT",
+                    _ => "throughput",
+                },
+                low * 100.0,
+                high * 100.0,
+                f.source
+            ));
+        }
+        for u in &f.unconstrained {
+            out.push(format!("not constrained by the calibration run: {u}"));
+        }
+        return out;
     }
     for e in SIGNAL_ERRORS {
         let what = match e.signal {

@@ -7,4 +7,5 @@
 //! deterministic for a seed.
 
 pub mod bounds;
+pub mod calibrate;
 pub mod twin;
