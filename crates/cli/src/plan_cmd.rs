@@ -95,6 +95,48 @@ pub struct PlanArgs {
     /// Run directory (default: runs/<UTC time>; with --compare-gpus, one subdirectory per GPU).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Fit the twin's constants (MBU, MFU, step and per-sequence overheads, frontend time, KV
+    /// pool) to a sweep of your server (its run directory) and plan with them; --gpu, --model,
+    /// --dtype and --tp describe that server. Writes calibration.json.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub calibrate_from: Option<PathBuf>,
+    /// The measured server's --max-num-seqs, when the plan's --max-num-seqs is a what-if.
+    #[arg(long, value_name = "N")]
+    pub measured_max_num_seqs: Option<u32>,
+    /// YAML file of extra GPU presets (the schema of crates/sim/presets/gpus.yaml).
+    #[arg(long, value_name = "FILE")]
+    pub gpu_file: Option<PathBuf>,
+    /// YAML file of extra model presets (the schema of crates/sim/presets/models.yaml).
+    #[arg(long, value_name = "FILE")]
+    pub model_file: Option<PathBuf>,
+}
+
+/// A fit to a measured sweep and the configuration it was fitted on.
+struct Calibrated {
+    cal: headroom_plan::calibrate::Calibration,
+    base: headroom_sim::EngineConfig,
+}
+
+/// Fits the twin to `--calibrate-from`'s run on the plan's base GPU; prints the fit on stderr.
+fn calibrate(a: &PlanArgs) -> Result<Option<Calibrated>> {
+    let Some(dir) = &a.calibrate_from else {
+        return Ok(None);
+    };
+    let mut spec = twin_spec(a, &a.gpu);
+    spec.max_num_seqs = a.measured_max_num_seqs.or(a.max_num_seqs);
+    let base = spec
+        .resolve()
+        .map_err(|e| anyhow::anyhow!("--gpu {} --model {}: {e}", a.gpu, a.model))?;
+    let data = headroom_plan::calibrate::read_run(dir)
+        .map_err(|e| anyhow::anyhow!("--calibrate-from: {e}"))?;
+    eprintln!(
+        "headroom: fitting the twin to {} levels of {} ...",
+        data.levels.len(),
+        dir.display()
+    );
+    let cal = headroom_plan::calibrate::fit(&base, &data, &Default::default());
+    eprint!("{}", cal.table());
+    Ok(Some(Calibrated { cal, base }))
 }
 
 /// Prints one line per finished level (a plan's levels take well under a second each).
@@ -160,6 +202,7 @@ struct Prepared {
     slo_text: String,
     plans: Vec<ClassPlan>,
     settings: SweepSettings,
+    calibration: Option<Calibrated>,
 }
 
 fn prepare(a: &PlanArgs) -> Result<Prepared> {
@@ -277,6 +320,7 @@ fn prepare(a: &PlanArgs) -> Result<Prepared> {
         slo_text,
         plans,
         settings,
+        calibration: None,
     })
 }
 
@@ -293,6 +337,8 @@ fn twin_spec(a: &PlanArgs, gpu: &str) -> headroom_sim::SimSpec {
         enable_per_request_metrics: true,
         frontend_cpu_queue: a.frontend_cpu_queue,
         seed: a.seed,
+        custom_gpu_file: a.gpu_file.clone(),
+        custom_model_file: a.model_file.clone(),
         ..headroom_sim::SimSpec::default()
     };
     if let Some(u) = a.gpu_memory_utilization {
@@ -321,9 +367,14 @@ async fn plan_one(
     label: bool,
 ) -> Result<Planned> {
     let spec = twin_spec(a, gpu);
-    let cfg = spec
+    let mut cfg = spec
         .resolve()
         .map_err(|e| anyhow::anyhow!("--gpu {gpu} --model {}: {e}", a.model))?;
+    let fit = p.calibration.as_ref().map(|c| {
+        c.cal.apply(&c.base, &mut cfg);
+        c.cal.bounds(&cfg.gpu_name)
+    });
+    let caveats = headroom_plan::bounds::caveats_with(&cfg, fit.as_ref());
     let warnings = p
         .workload
         .check_context(u64::from(cfg.max_model_len))
@@ -370,7 +421,8 @@ async fn plan_one(
                 "gpu_memory_utilization": cfg.gpu_memory_utilization,
                 "num_gpu_blocks": cfg.num_gpu_blocks,
                 "block_size": cfg.block_size,
-                "caveats": headroom_plan::bounds::caveats(&cfg),
+                "caveats": caveats.clone(),
+                "calibrated_from": a.calibrate_from,
             },
         }),
         workload: {
@@ -404,6 +456,12 @@ async fn plan_one(
         &dir.join("manifest.json"),
         &serde_json::to_vec_pretty(&manifest)?,
     )?;
+    if let Some(c) = &p.calibration {
+        headroom_report::write_atomic(
+            &dir.join("calibration.json"),
+            &serde_json::to_vec_pretty(&c.cal)?,
+        )?;
+    }
     let files: Arc<Mutex<FileLog>> = Arc::default();
     let on_result = {
         let dir = dir.to_path_buf();
@@ -463,7 +521,7 @@ async fn plan_one(
     };
     Ok(Planned {
         gpu: gpu.to_string(),
-        caveats: headroom_plan::bounds::caveats(&cfg),
+        caveats,
         dir: dir.to_path_buf(),
         result,
         exit,
@@ -584,7 +642,8 @@ pub async fn run(a: PlanArgs, argv: Vec<String>) -> Result<i32> {
                 a.headroom
             )
         })?;
-    let p = prepare(&a)?;
+    let mut p = prepare(&a)?;
+    p.calibration = calibrate(&a)?;
     let gpus: Vec<String> = match &a.compare_gpus {
         Some(g) if !g.is_empty() => g.iter().map(|s| s.trim().to_lowercase()).collect(),
         _ => vec![a.gpu.clone()],
