@@ -185,7 +185,7 @@ fn parse_peak(v: &str) -> Result<Peak> {
         )
     })?;
     if !(x.is_finite() && x > 0.0) {
-        bail!("--peak {v}: expected a load above 0");
+        bail!("--peak {v}: expected a finite load above 0");
     }
     Ok(if rate {
         Peak::Rate(x)
@@ -193,6 +193,12 @@ fn parse_peak(v: &str) -> Result<Peak> {
         Peak::Concurrency(x)
     })
 }
+
+/// Highest closed-loop concurrency a plan simulates: every user's request waits in the twin's
+/// memory, and no preset serves more than a few thousand at once.
+const MAX_PLAN_CONCURRENCY: f64 = 65_536.0;
+/// Highest open-loop rate a plan simulates (requests per second).
+const MAX_PLAN_RATE: f64 = 100_000.0;
 
 /// Everything a plan needs besides the GPU: the parsed spec files and the search.
 struct Prepared {
@@ -253,12 +259,36 @@ fn prepare(a: &PlanArgs) -> Result<Prepared> {
         );
     }
     let mode = workload.spec.load.mode;
-    for l in a.levels.iter().flatten() {
-        check_level(mode, *l).map_err(|e| anyhow::anyhow!("--levels: {e}"))?;
-    }
-    for (flag, v) in [("--start", a.start), ("--max-load", a.max_load)] {
-        if let Some(v) = v {
-            check_level(mode, v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+    let workload_levels = match &workload.spec.load.levels {
+        Levels::List(l) => l.clone(),
+        Levels::Auto => Vec::new(),
+    };
+    let given = a
+        .levels
+        .iter()
+        .flatten()
+        .map(|l| ("--levels", *l))
+        .chain(
+            workload_levels
+                .iter()
+                .map(|l| ("the workload's levels", *l)),
+        )
+        .chain(a.start.map(|v| ("--start", v)))
+        .chain(a.max_load.map(|v| ("--max-load", v)));
+    for (flag, v) in given {
+        check_level(mode, v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+        let cap = match mode {
+            LoadMode::Concurrency => MAX_PLAN_CONCURRENCY,
+            LoadMode::Rate => MAX_PLAN_RATE,
+        };
+        if v > cap {
+            bail!(
+                "{flag}: {} {} is beyond what a plan simulates (at most {} {}): the twin holds every waiting request in memory",
+                fmt_num(v),
+                mode.unit(),
+                fmt_num(cap),
+                mode.unit()
+            );
         }
     }
     let resolution = parse_ratio(&a.resolution)
@@ -383,11 +413,11 @@ async fn plan_one(
         eprintln!("headroom: warning: {gpu}: {w}");
     }
     std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create run directory {}", dir.display()))?;
+        .with_context(|| format!("--out: cannot create run directory {}", dir.display()))?;
     let origin = headroom_signals::scrape::unix_now_s();
     // About ten periodic scrapes per window, at least 30 s apart.
     let every = (p.settings.measure / 10).max(Duration::from_secs(30));
-    let twin = TwinLevels::new(cfg.clone(), origin, every);
+    let twin = TwinLevels::new(cfg.clone(), origin, every).with_cancel(cancel.clone());
     let mut settings = p.settings.clone();
     settings.run_dir = dir.to_path_buf();
     let describe = format!(
@@ -648,6 +678,26 @@ pub async fn run(a: PlanArgs, argv: Vec<String>) -> Result<i32> {
         Some(g) if !g.is_empty() => g.iter().map(|s| s.trim().to_lowercase()).collect(),
         _ => vec![a.gpu.clone()],
     };
+    // Every GPU resolved before the first plan: a bad name fails at once under its own flag, and
+    // one preset named twice (or by an alias) is not planned twice into one directory.
+    let flag = if a.compare_gpus.is_some() {
+        "--compare-gpus"
+    } else {
+        "--gpu"
+    };
+    let mut seen: Vec<(String, &str)> = Vec::new();
+    for gpu in &gpus {
+        let cfg = twin_spec(&a, gpu)
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("{flag} `{gpu}` (--model {}): {e}", a.model))?;
+        if let Some((_, first)) = seen.iter().find(|(n, _)| *n == cfg.gpu_name) {
+            bail!(
+                "{flag}: `{gpu}` and `{first}` are the same GPU preset ({}); name each once",
+                cfg.gpu_name
+            );
+        }
+        seen.push((cfg.gpu_name.clone(), gpu));
+    }
     let base = a.out.clone().unwrap_or_else(default_run_dir);
     let cancel = CancellationFlag::new();
     {
@@ -711,12 +761,12 @@ pub async fn run(a: PlanArgs, argv: Vec<String>) -> Result<i32> {
         "Plan ({}, simulated on the engine twin; figures at the capacity level){}:",
         a.model,
         peak.map_or(String::new(), |pk| format!(
-            "; replicas for a peak of {} with {:.0}% headroom",
+            "; replicas for a peak of {} with {}% headroom",
             match pk {
                 Peak::Rate(x) => format!("{} req/s", fmt_num(x)),
                 Peak::Concurrency(x) => format!("{} concurrent", fmt_num(x)),
             },
-            headroom * 100.0
+            fmt_num(headroom * 100.0)
         ))
     );
     print!("{}", table(&planned, peak, headroom));

@@ -159,3 +159,95 @@ fn bad_plan_input_names_the_flag() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn gpus_are_resolved_before_any_plan_and_a_preset_is_planned_once() {
+    for (args, needle) in [
+        (
+            vec!["plan", "--compare-gpus", "a10g,bogus"],
+            "--compare-gpus `bogus`",
+        ),
+        (
+            vec!["plan", "--compare-gpus", "a10g,a10g"],
+            "same GPU preset",
+        ),
+        (
+            vec!["plan", "--levels", "1000000"],
+            "beyond what a plan simulates",
+        ),
+        (vec!["plan", "--peak", "1e309"], "finite"),
+    ] {
+        let t0 = std::time::Instant::now();
+        let out = headroom(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        // Refused before the first level, not after a whole plan.
+        assert!(
+            t0.elapsed().as_secs() < 5,
+            "{args:?} took {:?}",
+            t0.elapsed()
+        );
+    }
+}
+
+/// SIGTERM in the middle of a large level stops the plan within seconds with exit 130 and a
+/// results.json that says `stopped` (the level loop reads the stop request; it once ran on for
+/// minutes and died by SIGKILL with `running` on disk).
+#[test]
+fn sigterm_mid_level_stops_the_plan_with_valid_partial_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("p");
+    let mut child = Command::new(BIN)
+        .args([
+            "plan",
+            "--gpu",
+            "h100-sxm",
+            "--levels",
+            "4,60000",
+            "--warmup",
+            "5",
+            "--measure",
+            "3600",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Past the first level, inside the second.
+    let t0 = std::time::Instant::now();
+    while t0.elapsed().as_secs() < 60 {
+        let r = std::fs::read(out.join("results.json")).unwrap_or_default();
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&r)
+            && v["phases"][0]["levels"]
+                .as_array()
+                .is_some_and(|l| !l.is_empty())
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let sent = std::time::Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if sent.elapsed().as_secs() > 20 {
+            let _ = child.kill();
+            panic!("the plan did not stop within 20 s of SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(130));
+    let r = results(&out);
+    assert_eq!(r["status"]["state"], "stopped", "{}", r["status"]);
+    assert!(r["phases"][0]["levels"][0]["verdict"].is_string());
+}

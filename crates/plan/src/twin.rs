@@ -21,7 +21,7 @@
 use headroom_core::Outcome;
 use headroom_core::signal::RequestTiming;
 use headroom_load::arrivals::{ArrivalSchedule, LevelMode, SeededRng, seeded_rng};
-use headroom_load::client::{PreparedRequest, RequestRecord};
+use headroom_load::client::{CancellationFlag, PreparedRequest, RequestRecord};
 use headroom_load::prompt::{DrawnRequest, RequestMix};
 use headroom_load::recorder::{LevelRecording, new_histogram};
 use headroom_load::runner::{record_finished, window_note};
@@ -30,7 +30,8 @@ use headroom_load::workload::Endpoint;
 use headroom_signals::Scrape;
 use headroom_sim::server::protocol::{self, ValidationContext};
 use headroom_sim::{Engine, EngineConfig, FinishReason, NewRequest, RequestId};
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
 
 /// Source name of the rendered engine scrapes (what the run directory's server view cites).
@@ -51,6 +52,9 @@ pub struct TwinLevels {
     /// Cap on engine steps per level (a defect guard; a level of an hour at 40 ms steps is
     /// 90,000).
     pub max_steps: u64,
+    /// Ctrl-C or SIGTERM: a level stops at the next engine step (or within 256 sends) and is
+    /// recorded as interrupted, as the HTTP runner records it.
+    pub cancel: Option<CancellationFlag>,
 }
 
 impl TwinLevels {
@@ -62,7 +66,20 @@ impl TwinLevels {
             origin_unix_s,
             scrape_every,
             max_steps: 50_000_000,
+            cancel: None,
         }
+    }
+
+    /// The same levels, stopped by `cancel`.
+    pub fn with_cancel(mut self, cancel: CancellationFlag) -> TwinLevels {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(CancellationFlag::is_cancelled)
     }
 
     fn context(&self) -> ValidationContext {
@@ -293,7 +310,8 @@ impl<'a> Level<'a> {
         let gap = self.twin.cfg.client_gap_s();
 
         // Closed loop: every user ready at 0; open loop: the arrival schedule, capped or not.
-        let mut ready: Vec<(f64, usize)> = Vec::new();
+        // Users by the time they send next (times are ≥ 0, so their bits order as the times do).
+        let mut ready: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
         let mut steady: Option<(usize, SeededRng)> = None;
         let mut arrivals: Option<ArrivalSchedule> = None;
         let mut next_arrival = f64::INFINITY;
@@ -302,7 +320,7 @@ impl<'a> Level<'a> {
         match self.req.mode {
             LevelMode::Concurrency(c) => {
                 let c = c.max(1) as usize;
-                ready = (0..c).map(|u| (0.0, u)).collect();
+                ready = (0..c).map(|u| Reverse((0.0f64.to_bits(), u))).collect();
                 if opts.steady_start && warm > 0.0 {
                     steady = Some((c, seeded_rng(self.req.seed, 0x5EED_57A7)));
                 }
@@ -324,6 +342,7 @@ impl<'a> Level<'a> {
         }
 
         let mut closed_at: Option<f64> = None;
+        let mut interrupted = false;
         let mut drain_deadline = f64::INFINITY;
         loop {
             // Window control.
@@ -353,14 +372,23 @@ impl<'a> Level<'a> {
                     }
                 }
             }
+            if self.twin.cancelled() {
+                interrupted = true;
+                break;
+            }
             if closed_at.is_some() && (self.flights.is_empty() || t >= drain_deadline) {
                 break;
             }
             // Sends due by now.
             if closed_at.is_none() {
-                ready.sort_by(|a, b| b.0.total_cmp(&a.0));
-                while let Some(&(at, user)) = ready.last() {
+                let mut sent = 0u32;
+                while let Some(&Reverse((at, user))) = ready.peek() {
+                    let at = f64::from_bits(at);
                     if at > t {
+                        break;
+                    }
+                    sent += 1;
+                    if sent.is_multiple_of(256) && self.twin.cancelled() {
                         break;
                     }
                     ready.pop();
@@ -376,7 +404,7 @@ impl<'a> Level<'a> {
                     }
                     if !self.send(t, at, Some(user), &d) {
                         // Refused at once: the user sends its next request a moment later.
-                        ready.push((t + 1e-3, user));
+                        ready.push(Reverse(((t + 1e-3).to_bits(), user)));
                     }
                 }
                 while next_arrival <= t {
@@ -406,7 +434,9 @@ impl<'a> Level<'a> {
                 next_scrape += scrape_every;
             }
             let next_event = [
-                ready.iter().map(|r| r.0).fold(f64::INFINITY, f64::min),
+                ready
+                    .peek()
+                    .map_or(f64::INFINITY, |r| f64::from_bits(r.0.0)),
                 if queued.is_empty() || self.flights.len() >= cap {
                     next_arrival
                 } else {
@@ -454,7 +484,7 @@ impl<'a> Level<'a> {
                     let rec = f.record(warm, done, outcome);
                     self.finish_record(&rec, f.in_window);
                     if let Some(u) = f.user {
-                        ready.push((done + gap, u));
+                        ready.push(Reverse(((done + gap).to_bits(), u)));
                     }
                 }
             }
@@ -494,8 +524,9 @@ impl<'a> Level<'a> {
         self.rec.window_s = (closed.min(window_end) - warm).max(0.0);
         self.rec.started_unix_s = self.twin.origin_unix_s + warm;
         self.rec.drain_s = (t - closed).max(0.0);
+        self.rec.interrupted = interrupted;
         self.rec.window_note = window_note(
-            false,
+            interrupted,
             opts.check.is_some(),
             self.rec.window_s,
             self.req.measure,
