@@ -603,7 +603,7 @@ fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
         "output tok/s",
         "tok/J",
         "KV use",
-        "power W",
+        "power W (all GPUs)",
     ]
     .map(String::from)
     .to_vec();
