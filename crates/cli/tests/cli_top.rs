@@ -359,7 +359,14 @@ fn plain_lines_from_a_real_prometheus() {
         let lines = plain_top(["--iterations", "1"], "", &prom_args);
         if let Some(l) = lines
             .iter()
-            .find(|l| field(l, "ttft_p95_n").is_some_and(|n| n != "0"))
+            // Prometheus may hold the TTFT histogram's increase a scrape before the request
+            // counter's: wait for both.
+            .find(|l| {
+                field(l, "ttft_p95_n").is_some_and(|n| n != "0")
+                    && field(l, "requests")
+                        .and_then(|n| n.parse::<f64>().ok())
+                        .is_some_and(|n| n >= 1.0)
+            })
         {
             break l.clone();
         }
