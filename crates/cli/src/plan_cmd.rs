@@ -3,16 +3,18 @@
 //! measured ([`headroom_plan::twin::TwinLevels`]), judged and written by `load::sweep`, exactly
 //! as `headroom sweep` does, so `compare` and `report` read a plan's run directory as a sweep's.
 
-use crate::sweep_cmd::{FileLog, default_run_dir, flag_window, fmt_secs, redact_argv, seconds_arg};
+use crate::sweep_cmd::{
+    FileLog, Specs, default_run_dir, flag_window, fmt_secs, read_specs, redact_argv, seconds_arg,
+};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headroom_core::run::{LevelResult, LoadMode, Manifest, PhaseResult, RunResult};
-use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, fmt_num, parse_ratio};
+use headroom_core::slo::{SloFile, fmt_num, parse_ratio};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
 use headroom_load::sweep::controller::{Progress, Sweep, SweepSettings};
 use headroom_load::sweep::search::LevelPlan;
-use headroom_load::workload::{DEFAULT_WORKLOAD_YAML, Levels, Workload, check_level};
+use headroom_load::workload::{Levels, Workload, check_level};
 use headroom_plan::twin::TwinLevels;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -212,52 +214,12 @@ struct Prepared {
 }
 
 fn prepare(a: &PlanArgs) -> Result<Prepared> {
-    let read = |p: &Path| {
-        std::fs::read_to_string(p)
-            .map_err(|e| headroom_core::yaml::YamlError::new(p, format!("cannot read file: {e}")))
-    };
-    let workload_text = match &a.workload {
-        Some(p) => read(p)?,
-        None => DEFAULT_WORKLOAD_YAML.to_string(),
-    };
-    let workload = match &a.workload {
-        Some(p) => Workload::parse(&workload_text, p, p.parent().unwrap_or(Path::new(".")))?,
-        None => Workload::builtin(),
-    };
-    let slo_text = match &a.slo {
-        Some(p) => read(p)?,
-        None => DEFAULT_SLO_YAML.to_string(),
-    };
-    let slo = match &a.slo {
-        Some(p) => SloFile::parse(&slo_text, p)?,
-        None => SloFile::parse(DEFAULT_SLO_YAML, Path::new("<built-in slo>"))?,
-    };
-    let names: Vec<&str> = workload
-        .spec
-        .classes
-        .iter()
-        .map(|c| c.name.as_str())
-        .collect();
-    for class in slo.named_classes() {
-        if !names.contains(&class) {
-            bail!(
-                "{}: objectives for class `{class}`, which the workload does not define (classes: {})",
-                a.slo
-                    .as_ref()
-                    .map_or("<built-in slo>".into(), |p| p.display().to_string()),
-                names.join(", ")
-            );
-        }
-    }
-    if let Some(c) = &a.class
-        && !(names.contains(&c.as_str()) || (c == "mix" && names.len() > 1))
-    {
-        bail!(
-            "--class {c}: the workload has no such phase; expected one of {}{}",
-            names.join(", "),
-            if names.len() > 1 { ", mix" } else { "" }
-        );
-    }
+    let Specs {
+        workload,
+        workload_text,
+        slo,
+        slo_text,
+    } = read_specs(a.workload.as_deref(), a.slo.as_deref(), a.class.as_deref())?;
     let mode = workload.spec.load.mode;
     let workload_levels = match &workload.spec.load.levels {
         Levels::List(l) => l.clone(),

@@ -218,6 +218,79 @@ const CALIBRATION_LIMIT: Duration = Duration::from_secs(120);
 const QUICK_WARMUP_S: u64 = 2;
 const QUICK_MEASURE_S: u64 = 4;
 
+/// The workload and SLO of a run: each file as given (or the built-in), read once, parsed, and
+/// checked against each other and against `--class` (a class of the workload, or `mix` when it
+/// has several). `sweep` and `plan` both start from it; the texts are copied into the run
+/// directory.
+pub(crate) struct Specs {
+    pub(crate) workload: Workload,
+    pub(crate) workload_text: String,
+    pub(crate) slo: SloFile,
+    pub(crate) slo_text: String,
+}
+
+/// Reads [`Specs`].
+///
+/// # Errors
+/// A file that cannot be read or parsed (naming it), SLO objectives for a class the workload
+/// lacks, or a `--class` that is no phase of the workload.
+pub(crate) fn read_specs(
+    workload_path: Option<&Path>,
+    slo_path: Option<&Path>,
+    class: Option<&str>,
+) -> Result<Specs> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p)
+            .map_err(|e| headroom_core::yaml::YamlError::new(p, format!("cannot read file: {e}")))
+    };
+    let workload_text = match workload_path {
+        Some(p) => read(p)?,
+        None => DEFAULT_WORKLOAD_YAML.to_string(),
+    };
+    let workload = match workload_path {
+        Some(p) => Workload::parse(&workload_text, p, p.parent().unwrap_or(Path::new(".")))?,
+        None => Workload::builtin(),
+    };
+    let slo_text = match slo_path {
+        Some(p) => read(p)?,
+        None => DEFAULT_SLO_YAML.to_string(),
+    };
+    let slo = match slo_path {
+        Some(p) => SloFile::parse(&slo_text, p)?,
+        None => SloFile::parse(DEFAULT_SLO_YAML, Path::new("<built-in slo>"))?,
+    };
+    let names: Vec<&str> = workload
+        .spec
+        .classes
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    for c in slo.named_classes() {
+        if !names.contains(&c) {
+            bail!(
+                "{}: objectives for class `{c}`, which the workload does not define (classes: {})",
+                slo_path.map_or("<built-in slo>".into(), |p| p.display().to_string()),
+                names.join(", ")
+            );
+        }
+    }
+    if let Some(c) = class
+        && !(names.contains(&c) || (c == "mix" && names.len() > 1))
+    {
+        bail!(
+            "--class {c}: the workload has no such phase; expected one of {}{}",
+            names.join(", "),
+            if names.len() > 1 { ", mix" } else { "" }
+        );
+    }
+    Ok(Specs {
+        workload,
+        workload_text,
+        slo,
+        slo_text,
+    })
+}
+
 /// Runs the sweep; exit status 0 when it completed (whatever the verdicts), 130 when stopped by
 /// Ctrl-C or SIGTERM (partial results written).
 pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
@@ -242,18 +315,16 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     let scrape_interval = flag_scrape_interval(args.scrape_interval)?;
     let push_client = push_client(args.push_to.as_deref())?;
     // Each spec file is read once: parsed here, and copied into the run directory below.
-    let read = |p: &Path| {
-        std::fs::read_to_string(p)
-            .map_err(|e| headroom_core::yaml::YamlError::new(p, format!("cannot read file: {e}")))
-    };
-    let workload_text = match &args.workload {
-        Some(p) => read(p)?,
-        None => DEFAULT_WORKLOAD_YAML.to_string(),
-    };
-    let workload = match &args.workload {
-        Some(p) => Workload::parse(&workload_text, p, p.parent().unwrap_or(Path::new(".")))?,
-        None => Workload::builtin(),
-    };
+    let Specs {
+        workload,
+        workload_text,
+        slo,
+        slo_text,
+    } = read_specs(
+        args.workload.as_deref(),
+        args.slo.as_deref(),
+        args.class.as_deref(),
+    )?;
     let mode = workload.spec.load.mode;
     for l in args.levels.iter().flatten() {
         check_level(mode, *l).map_err(|e| anyhow::anyhow!("--levels: {e}"))?;
@@ -289,47 +360,11 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         .measure
         .map(|v| flag_window("--measure", v, false))
         .transpose()?;
-    let slo_text = match &args.slo {
-        Some(p) => read(p)?,
-        None => DEFAULT_SLO_YAML.to_string(),
-    };
-    let slo = match &args.slo {
-        Some(p) => SloFile::parse(&slo_text, p)?,
-        None => SloFile::parse(DEFAULT_SLO_YAML, Path::new("<built-in slo>"))?,
-    };
-    for class in slo.named_classes() {
-        if !workload.spec.classes.iter().any(|c| c.name == class) {
-            bail!(
-                "{}: objectives for class `{class}`, which the workload does not define (classes: {})",
-                args.slo
-                    .as_ref()
-                    .map_or("<built-in slo>".into(), |p| p.display().to_string()),
-                workload
-                    .spec
-                    .classes
-                    .iter()
-                    .map(|c| c.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-    }
     let tokenizer = match &args.tokenizer {
         Some(p) => Some(Arc::new(PromptTokenizer::from_file(p)?)),
         None => None,
     };
     let plans: Vec<ClassPlan> = ClassPlan::from_workload(&workload, tokenizer.clone())?;
-    if let Some(c) = &args.class {
-        let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
-        let known = names.contains(&c.as_str()) || (c == "mix" && names.len() > 1);
-        if !known {
-            bail!(
-                "--class {c}: the workload has no such phase; expected one of {}{}",
-                names.join(", "),
-                if names.len() > 1 { ", mix" } else { "" }
-            );
-        }
-    }
 
     // The target: given, or the embedded twin.
     let mut embedded = None;
