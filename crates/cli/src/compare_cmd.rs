@@ -2,9 +2,9 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use headroom_load::sweep::compare::{Gate, RunDir, compare, parse_latency_allowances, render_text};
-use headroom_load::sweep::compare_budget::{BudgetGate, BudgetObjective, apply_budget};
-use headroom_load::sweep::compare_html::render_html;
+use headroom_sweep::compare::{Gate, RunDir, compare, parse_latency_allowances, render_text};
+use headroom_sweep::compare_budget::{BudgetGate, BudgetObjective, apply_budget};
+use headroom_sweep::compare_html::render_html;
 use std::path::PathBuf;
 
 /// Arguments of `headroom compare`.

@@ -18,7 +18,7 @@ use headroom_core::Verdict;
 use headroom_core::run::redact_url;
 use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, SloSpec, parse_duration_s};
 use headroom_diagnose::{Origin, PrefixPlan, Setting};
-use headroom_load::sweep::controller::{Phase, phase_spec, rejudge_level};
+use headroom_sweep::controller::{Phase, phase_spec, rejudge_level};
 use headroom_report::diagnosis::{self, Diagnosis, DiagnosisSource};
 use headroom_signals::adapter::{Instance, instances};
 use headroom_signals::promql::{
@@ -117,7 +117,7 @@ struct Read {
     location: String,
     level: Option<u32>,
     /// A run directory level's every scrape, warm-up included, for the sweep's own judgement
-    /// ([`headroom_load::sweep::controller::rejudge_level`]); `None` for other sources.
+    /// ([`headroom_sweep::controller::rejudge_level`]); `None` for other sources.
     level_scrapes: Option<Loaded>,
     /// A Headroom gateway's windows over the same span, one per `class`; empty without one.
     gateway: BTreeMap<String, Window>,
@@ -663,7 +663,7 @@ impl SweptRun {
         };
         let phases = workload.as_ref().and_then(|w| {
             match headroom_load::prompt::ClassPlan::from_workload(w, None) {
-                Ok(plans) => Some(headroom_load::sweep::controller::phases(&plans)),
+                Ok(plans) => Some(headroom_sweep::controller::phases(&plans)),
                 Err(e) => {
                     eprintln!(
                         "warning: {}: its classes cannot be planned ({e}); levels are judged as results.json records them",

@@ -1,6 +1,6 @@
 //! `headroom plan`: the sweep, run on the engine twin's virtual clock. Wiring only: the
 //! workload, the SLO and the twin's configuration are resolved here; the levels are searched,
-//! measured ([`headroom_plan::twin::TwinLevels`]), judged and written by `load::sweep`, exactly
+//! measured ([`headroom_plan::twin::TwinLevels`]), judged and written by `headroom_sweep`, exactly
 //! as `headroom sweep` does, so `compare` and `report` read a plan's run directory as a sweep's.
 
 use crate::sweep_cmd::{
@@ -12,8 +12,8 @@ use headroom_core::run::{LevelResult, LoadMode, Manifest, PhaseResult, RunResult
 use headroom_core::slo::{SloFile, fmt_num, parse_ratio};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
-use headroom_load::sweep::controller::{Progress, Sweep, SweepSettings};
-use headroom_load::sweep::search::LevelPlan;
+use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
+use headroom_sweep::search::LevelPlan;
 use headroom_load::workload::{Levels, Workload, check_level};
 use headroom_plan::twin::TwinLevels;
 use std::path::{Path, PathBuf};

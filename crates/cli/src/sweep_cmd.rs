@@ -1,5 +1,5 @@
 //! `headroom sweep`: the saturation matrix. Wiring only: resolve the target (or start the
-//! embedded engine twin), the workload and the SLO, run `load::sweep`, write the run directory
+//! embedded engine twin), the workload and the SLO, run `headroom_sweep`, write the run directory
 //! after every level, print the summary.
 
 use crate::sweep_progress::ProgressMode;
@@ -10,8 +10,8 @@ use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, parse_ratio};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::{ClassPlan, PromptTokenizer};
 use headroom_load::runner::probe;
-use headroom_load::sweep::controller::{Progress, Sweep, SweepSettings};
-use headroom_load::sweep::search::LevelPlan;
+use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
+use headroom_sweep::search::LevelPlan;
 use headroom_load::workload::{
     DEFAULT_WORKLOAD_YAML, Levels, Workload, check_level, window_from_secs,
 };

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use headroom_core::run::{LevelResult, LoadMode};
-use headroom_load::sweep::controller::{LevelTick, Progress};
+use headroom_sweep::controller::{LevelTick, Progress};
 
 use crate::top::draw::draw_level;
 use crate::top::model::{LevelView, ObjectiveRow};

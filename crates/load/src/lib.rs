@@ -1,4 +1,5 @@
-//! The measuring half of `headroom sweep`: what load to offer, and what the client saw.
+//! The measuring half of `headroom sweep`: what load to offer, and what the client saw (the
+//! sweep that chooses levels and judges them is crate `headroom-sweep`).
 //!
 //! Rooms, one concern each:
 //! - [`workload`]: the `workload.yaml` spec (request classes, length distributions, datasets,
@@ -13,7 +14,6 @@
 //!   and serialisation;
 //! - [`runner`]: one load level end to end (warm-up, measurement window, drain, client CPU), and
 //!   the pre-flight probe of a target;
-//! - [`sweep`]: the sweep controller that chooses levels and judges them;
 //! - [`testkit`]: a minimal SSE stub server on loopback for tests and the client benchmark.
 //!
 //! Client-side signal definitions (TTFT, ITL, TPOT, E2E) and outcomes are not defined here but in
@@ -25,6 +25,5 @@ pub mod client;
 pub mod prompt;
 pub mod recorder;
 pub mod runner;
-pub mod sweep;
 pub mod testkit;
 pub mod workload;

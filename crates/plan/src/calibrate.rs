@@ -24,7 +24,7 @@ use headroom_core::run::{LevelResult, RunResult};
 use headroom_load::arrivals::LevelMode;
 use headroom_load::prompt::ClassPlan;
 use headroom_load::runner::RunOptions;
-use headroom_load::sweep::controller::{LevelMeasurer, LevelRequest, Phase, phases};
+use headroom_sweep::controller::{LevelMeasurer, LevelRequest, Phase, phases};
 use headroom_load::workload::{LoadSpec, Workload};
 use headroom_signals::{Signal, Window, WindowOptions};
 use headroom_sim::EngineConfig;

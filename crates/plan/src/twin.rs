@@ -25,7 +25,7 @@ use headroom_load::client::{CancellationFlag, PreparedRequest, RequestRecord};
 use headroom_load::prompt::{DrawnRequest, RequestMix};
 use headroom_load::recorder::{LevelRecording, new_histogram};
 use headroom_load::runner::{record_finished, window_note};
-use headroom_load::sweep::controller::{LevelMeasurer, LevelRequest, Measured};
+use headroom_sweep::controller::{LevelMeasurer, LevelRequest, Measured};
 use headroom_load::workload::Endpoint;
 use headroom_signals::Scrape;
 use headroom_sim::server::protocol::{self, ValidationContext};

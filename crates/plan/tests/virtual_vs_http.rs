@@ -8,7 +8,7 @@ use headroom_load::arrivals::LevelMode;
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
 use headroom_load::runner::{RunOptions, run_level_with};
-use headroom_load::sweep::controller::{LevelMeasurer, LevelRequest, Phase};
+use headroom_sweep::controller::{LevelMeasurer, LevelRequest, Phase};
 use headroom_load::workload::Workload;
 use headroom_plan::twin::TwinLevels;
 use std::path::Path;

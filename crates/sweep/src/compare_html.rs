@@ -409,8 +409,8 @@ fn chart(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recorder::LevelRecording;
-    use crate::sweep::compare::{Gate, compare};
+    use headroom_load::recorder::LevelRecording;
+    use crate::compare::{Gate, compare};
     use headroom_core::run::LoadMode;
 
     const SLO: &str = "objectives:\n  \"*\":\n    ttft: {p95: 500ms}\n    itl: {p95: 250ms}\n    error_rate: 5%\n";
@@ -568,13 +568,13 @@ mod tests {
             "{lo} {hi}"
         );
         assert_eq!(ttft.beyond_noise_floor(), Some(true));
-        let text = crate::sweep::compare::render_text(&c, false);
+        let text = crate::compare::render_text(&c, false);
         assert!(
             text.contains("(noise floor 10.0 ms): the difference exceeds it"),
             "{text}"
         );
         let c = compare(&b, &a, &Gate::default()).unwrap();
-        let text = crate::sweep::compare::render_text(&c, false);
+        let text = crate::compare::render_text(&c, false);
         assert!(text.contains("noise alone could explain ±"), "{text}");
     }
 

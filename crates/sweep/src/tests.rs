@@ -1,12 +1,12 @@
-//! The sweep against the loopback stub (`crate::testkit`): faults that must never become a
+//! The sweep against the loopback stub (`headroom_load::testkit`): faults that must never become a
 //! capacity claim. Every test is bounded to a few seconds and its stub stops when dropped.
 
-use crate::arrivals::{ArrivalProcess, ArrivalSchedule, LevelMode};
-use crate::client::{CancellationFlag, Target};
-use crate::prompt::ClassPlan;
-use crate::runner::{RunOptions, run_level_with};
-use crate::testkit::{StubConfig, StubServer};
-use crate::workload::Workload;
+use headroom_load::arrivals::{ArrivalProcess, ArrivalSchedule, LevelMode};
+use headroom_load::client::{CancellationFlag, Target};
+use headroom_load::prompt::ClassPlan;
+use headroom_load::runner::{RunOptions, run_level_with};
+use headroom_load::testkit::{StubConfig, StubServer};
+use headroom_load::workload::Workload;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -61,10 +61,10 @@ async fn a_level_at_a_rate_past_any_clock_returns_without_load() {
 
 mod sweep_runs {
     use super::plans;
-    use crate::client::{CancellationFlag, Target};
-    use crate::sweep::controller::{Quiet, Sweep, SweepSettings};
-    use crate::sweep::search::LevelPlan;
-    use crate::testkit::{StubConfig, StubServer};
+    use headroom_load::client::{CancellationFlag, Target};
+    use crate::controller::{Quiet, Sweep, SweepSettings};
+    use crate::search::LevelPlan;
+    use headroom_load::testkit::{StubConfig, StubServer};
     use headroom_core::Verdict;
     use headroom_core::run::{LoadMode, RunResult, RunStatus};
     use headroom_core::slo::SloFile;
@@ -111,7 +111,7 @@ mod sweep_runs {
 
     async fn sweep_plans(
         target: &Target,
-        p: &[crate::prompt::ClassPlan],
+        p: &[headroom_load::prompt::ClassPlan],
         s: &SweepSettings,
         cancel: CancellationFlag,
         partials: &Mutex<Vec<RunResult>>,
@@ -126,7 +126,7 @@ mod sweep_runs {
     /// The sweep of `p` against [`slo`], each result passed to `on_result`.
     async fn sweep_with(
         target: &Target,
-        p: &[crate::prompt::ClassPlan],
+        p: &[headroom_load::prompt::ClassPlan],
         s: &SweepSettings,
         cancel: CancellationFlag,
         on_result: &(dyn Fn(&RunResult) -> Result<(), String> + Send + Sync),
@@ -490,7 +490,7 @@ mod sweep_runs {
     /// far and each objective of the SLO with its samples, as the early-stop check judged them.
     #[tokio::test]
     async fn a_long_window_ticks_its_progress_with_every_objective() {
-        use crate::sweep::controller::{LevelTick, Progress};
+        use crate::controller::{LevelTick, Progress};
         use headroom_core::run::LevelResult;
         #[derive(Default)]
         struct Ticks(Mutex<Vec<LevelTick>>);
@@ -546,8 +546,8 @@ mod sweep_runs {
         let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
         let text = "load: {mode: concurrency}\nclasses:\n  - {name: a, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n  - {name: b, endpoint: chat, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n";
         let w =
-            crate::workload::Workload::parse(text, Path::new("w.yaml"), Path::new(".")).unwrap();
-        let p = crate::prompt::ClassPlan::from_workload(&w, None).unwrap();
+            headroom_load::workload::Workload::parse(text, Path::new("w.yaml"), Path::new(".")).unwrap();
+        let p = headroom_load::prompt::ClassPlan::from_workload(&w, None).unwrap();
         for only in ["b", "mix"] {
             let dir = tempfile::tempdir().unwrap();
             let mut s = settings(dir.path(), &[1.0]);
@@ -565,7 +565,7 @@ mod sweep_runs {
     /// PASS stands (longer prompts cannot have helped it) with the direction in its reason.
     #[tokio::test]
     async fn a_drifted_workload_stops_at_the_first_level_and_keeps_what_the_drift_cannot_explain() {
-        use crate::testkit::StubTokenizer;
+        use headroom_load::testkit::StubTokenizer;
         let stub = StubServer::start(StubConfig {
             tokenizer: StubTokenizer::Subword {
                 tokenize: false,
@@ -616,8 +616,8 @@ mod sweep_runs {
 /// count the same population through `LevelResult::level_outcomes`.
 #[test]
 fn the_error_objective_counts_what_the_reports_show() {
-    use crate::recorder::LevelRecording;
-    use crate::sweep::controller::{Phase, client_objectives};
+    use headroom_load::recorder::LevelRecording;
+    use crate::controller::{Phase, client_objectives};
     use headroom_core::Outcome;
     use headroom_core::run::LoadMode;
     use headroom_core::slo::SloFile;
@@ -657,13 +657,13 @@ fn the_error_objective_counts_what_the_reports_show() {
     let level = headroom_core::run::LevelResult {
         outcomes: rec.total().outcome_labels(),
         level_outcomes: rec.level_totals().outcome_labels(),
-        ..crate::sweep::controller::tests::level_with(&[])
+        ..crate::controller::tests::level_with(&[])
     };
     assert_eq!(level.error_counts(), (6, 27));
     // Results written before level_outcomes existed fall back to the window's outcomes.
     let old = headroom_core::run::LevelResult {
         outcomes: rec.total().outcome_labels(),
-        ..crate::sweep::controller::tests::level_with(&[])
+        ..crate::controller::tests::level_with(&[])
     };
     assert_eq!(old.error_counts(), (4, 20));
 }
@@ -675,8 +675,8 @@ fn the_error_objective_counts_what_the_reports_show() {
 /// queue_time_p95 1 of 20" beside 24 TTFT samples all far below the threshold.)
 #[test]
 fn few_per_request_queue_times_fall_back_to_the_ttft_bound() {
-    use crate::recorder::LevelRecording;
-    use crate::sweep::controller::{Phase, client_objectives};
+    use headroom_load::recorder::LevelRecording;
+    use crate::controller::{Phase, client_objectives};
     use headroom_core::run::LoadMode;
     use headroom_core::slo::SloFile;
     let slo = SloFile::parse(
@@ -722,7 +722,7 @@ fn few_per_request_queue_times_fall_back_to_the_ttft_bound() {
 /// voids a PASS (it was ignored as "no usage", and a PASS stood).
 #[test]
 fn usage_of_zero_prompt_tokens_is_a_drift() {
-    use crate::sweep::controller::drift;
+    use crate::controller::drift;
     use headroom_core::run::TokenCounts;
     let t = |req, real| TokenCounts {
         prompt_requested: req,

@@ -6,11 +6,11 @@
 use super::evaluate::{ClientEvidence, evaluate};
 use super::search::{LevelPlan, Search};
 use super::server_view::{ClientTotals, reconcile, server_view, ttft_remainder};
-use crate::arrivals::{ArrivalProcess, LevelMode};
-use crate::client::{CancellationFlag, Target};
-use crate::prompt::ClassPlan;
-use crate::recorder::{ClassRecording, LevelRecording};
-use crate::runner::{GoodputSlo, LevelCheck, RunOptions, run_level_with};
+use headroom_load::arrivals::{ArrivalProcess, LevelMode};
+use headroom_load::client::{CancellationFlag, Target};
+use headroom_load::prompt::ClassPlan;
+use headroom_load::recorder::{ClassRecording, LevelRecording};
+use headroom_load::runner::{GoodputSlo, LevelCheck, RunOptions, run_level_with};
 use headroom_core::run::{
     LevelResult, LoadMode, ObjectiveResult, PhaseResult, RESULTS_SCHEMA_VERSION, RunResult,
     RunStatus, ServerView, TokenCounts,
@@ -125,7 +125,7 @@ fn prefix_plan(plans: &[ClassPlan]) -> PrefixPlan {
         dataset_share: share(&|p| {
             f64::from(u8::from(matches!(
                 p.prompt,
-                crate::prompt::PromptSource::Dataset(_)
+                headroom_load::prompt::PromptSource::Dataset(_)
             )))
         }),
     }
@@ -1052,8 +1052,8 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
     let health = rec.client_health();
     let totals = client_totals(rec);
     let mut warnings = rec.client_warnings(send_lag_limit_s(j.slo, j.phase), 0.8);
-    warnings.extend(crate::runner::refusal_warning(rec));
-    warnings.extend(crate::runner::stall_warning(rec));
+    warnings.extend(headroom_load::runner::refusal_warning(rec));
+    warnings.extend(headroom_load::runner::stall_warning(rec));
     let mut server: Option<ServerView> = None;
     let workload_drift = drift(&total.tokens);
     if let Some(d) = &workload_drift {
@@ -1630,7 +1630,7 @@ pub(crate) mod tests {
 
     /// The class plans of a workload given as YAML text.
     fn plans_of(text: &str) -> Vec<super::ClassPlan> {
-        let w = crate::workload::Workload::parse(
+        let w = headroom_load::workload::Workload::parse(
             text,
             std::path::Path::new("w.yaml"),
             std::path::Path::new("."),

@@ -28,7 +28,7 @@
 //! The server's figures of each common level are set side by side, largest relative change
 //! first, so a regression names the phase that moved (queue, prefill, decode, KV, preemptions).
 
-use crate::recorder::{ClassRecording, LevelRecording};
+use headroom_load::recorder::{ClassRecording, LevelRecording};
 use headroom_core::run::{CapacityBand, LevelResult, LoadMode, PhaseResult, RunResult};
 use headroom_core::slo::{Objective, SloFile};
 use headroom_core::{LatencySignal, Verdict};

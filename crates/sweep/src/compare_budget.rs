@@ -136,7 +136,7 @@ pub fn budget_lines(c: &Comparison) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sweep::compare::{LatencyComparison, LevelComparison};
+    use crate::compare::{LatencyComparison, LevelComparison};
     use headroom_core::Verdict;
     use headroom_core::run::LoadMode;
 
