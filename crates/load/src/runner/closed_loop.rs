@@ -36,9 +36,9 @@ pub(super) async fn run(lv: &mut LevelRun<'_>, c: u32) -> bool {
                 let share: f64 = rand::RngExt::random(&mut steady_rng);
                 d.max_tokens = ((f64::from(d.max_tokens) * share).ceil() as u32).max(1);
             }
-            let p = PreparedRequest::encode(&d, lv.target.model());
+            let p = PreparedRequest::encode(&d, lv.launcher.target.model());
             let start = Instant::now();
-            let in_window = start >= lv.window_start;
+            let in_window = start >= lv.launcher.window_start;
             if in_window {
                 lv.out.started += 1;
             } else {

@@ -225,34 +225,50 @@ pub(super) enum Msg {
     },
 }
 
-/// Sends one request and reports it; the task every launch spawns.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn request_task(
-    target: Arc<Target>,
-    p: PreparedRequest,
-    sent: Option<Dispatched>,
-    start: Instant,
-    window_start: Instant,
-    in_window: bool,
-    user: usize,
-    cancel: CancellationFlag,
-    tx: mpsc::UnboundedSender<Msg>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let offset =
-        u64::try_from(start.saturating_duration_since(window_start).as_nanos()).unwrap_or(u64::MAX);
-    async move {
-        let Answer {
-            mut record,
-            retry_after,
-        } = target.answer(&p, sent, start, &cancel).await;
-        record.start_offset_ns = offset;
-        let _ = tx.send(Msg::Done(Done {
-            start,
-            in_window,
-            record,
-            retry_after,
-            user,
-        }));
+/// What every request of a level is launched with: the target, the window's start (a request's
+/// offset counts from it), the level's cancel flag (a child of the caller's, cancelled at the
+/// drain's end) and the channel requests report on.
+#[derive(Clone)]
+pub(super) struct Launcher {
+    pub(super) target: Arc<Target>,
+    pub(super) window_start: Instant,
+    pub(super) cancel: CancellationFlag,
+    pub(super) tx: mpsc::UnboundedSender<Msg>,
+}
+
+impl Launcher {
+    /// The task every launch spawns: awaits the answer to `p` (started at `start`; `sent`: the
+    /// pacer already wrote it) and reports it as `Done`; `user` is the closed loop's virtual
+    /// user ([`OPEN_LOOP`] in open loop).
+    pub(super) fn task(
+        &self,
+        p: PreparedRequest,
+        sent: Option<Dispatched>,
+        start: Instant,
+        in_window: bool,
+        user: usize,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let offset = u64::try_from(
+            start
+                .saturating_duration_since(self.window_start)
+                .as_nanos(),
+        )
+        .unwrap_or(u64::MAX);
+        let (target, cancel, tx) = (self.target.clone(), self.cancel.clone(), self.tx.clone());
+        async move {
+            let Answer {
+                mut record,
+                retry_after,
+            } = target.answer(&p, sent, start, &cancel).await;
+            record.start_offset_ns = offset;
+            let _ = tx.send(Msg::Done(Done {
+                start,
+                in_window,
+                record,
+                retry_after,
+                user,
+            }));
+        }
     }
 }
 
@@ -464,14 +480,13 @@ pub fn record_finished(
 /// (`closed_loop::run` or `open_loop::run`) offers the load until the window closes, and the
 /// drain finishes it.
 pub(super) struct LevelRun<'a> {
-    pub(super) target: Arc<Target>,
+    pub(super) launcher: Launcher,
     pub(super) opts: &'a RunOptions,
     /// Seeds arrivals, the mix, the users' pauses and the steady start.
     pub(super) seed: u64,
     pub(super) warmup: Duration,
     /// When the level started.
     pub(super) t0: Instant,
-    pub(super) window_start: Instant,
     /// The latest the window may close (`measure`, or `measure_max` with a check).
     pub(super) hard_end: Instant,
     /// When the window closes; a check may move it earlier.
@@ -480,9 +495,6 @@ pub(super) struct LevelRun<'a> {
     next_check: Instant,
     /// The caller's flag (Ctrl-C): the loops stop on it.
     pub(super) cancel: CancellationFlag,
-    /// Cancels this level's requests (a child of `cancel`), at the drain's end.
-    pub(super) level_cancel: CancellationFlag,
-    pub(super) tx: mpsc::UnboundedSender<Msg>,
     pub(super) rx: mpsc::UnboundedReceiver<Msg>,
     pub(super) mix: RequestMix<'a>,
     pub(super) fl: Flight,
@@ -498,9 +510,9 @@ impl LevelRun<'_> {
         let Some(chk) = &self.opts.check else {
             return false;
         };
-        if now >= self.window_start && now >= self.next_check {
+        if now >= self.launcher.window_start && now >= self.next_check {
             self.next_check = now + self.check_every;
-            if chk(&self.out, now - self.window_start) {
+            if chk(&self.out, now - self.launcher.window_start) {
                 let moved = self.window_end != now;
                 self.window_end = now;
                 return moved;
@@ -512,7 +524,9 @@ impl LevelRun<'_> {
     /// When a loop must look again though nothing arrived: the next check, or the window's end.
     pub(super) fn wake(&self) -> Instant {
         if self.opts.check.is_some() {
-            self.next_check.max(self.window_start).min(self.window_end)
+            self.next_check
+                .max(self.launcher.window_start)
+                .min(self.window_end)
         } else {
             self.window_end
         }
@@ -524,7 +538,7 @@ impl LevelRun<'_> {
         self.mix
             .next_request()
             .ok()
-            .map(|d| PreparedRequest::encode(&d, self.target.model()))
+            .map(|d| PreparedRequest::encode(&d, self.launcher.target.model()))
     }
 
     /// Spawns the task that sends `p` (started at `start`) and reports it; `user` is the
@@ -540,17 +554,7 @@ impl LevelRun<'_> {
         if in_window {
             self.fl.in_window += 1;
         }
-        tokio::spawn(request_task(
-            self.target.clone(),
-            p,
-            None,
-            start,
-            self.window_start,
-            in_window,
-            user,
-            self.level_cancel.clone(),
-            self.tx.clone(),
-        ));
+        tokio::spawn(self.launcher.task(p, None, start, in_window, user));
     }
 
     /// Records a request that ended.
@@ -590,22 +594,23 @@ pub async fn run_level_with(
         window_start + measure
     };
     let check_every = opts.check_every.max(Duration::from_millis(50));
-    let level_cancel = cancel.child_token();
     let (tx, rx) = mpsc::unbounded_channel::<Msg>();
     let mut lv = LevelRun {
-        target: Arc::new(target.clone()),
+        launcher: Launcher {
+            target: Arc::new(target.clone()),
+            window_start,
+            cancel: cancel.child_token(),
+            tx,
+        },
         opts,
         seed,
         warmup,
         t0,
-        window_start,
         hard_end,
         window_end,
         check_every,
         next_check: window_start + check_every,
         cancel,
-        level_cancel,
-        tx,
         rx,
         mix: RequestMix::new(classes, seed),
         fl: Flight::new(window_start),
@@ -626,8 +631,7 @@ pub async fn run_level_with(
     let LevelRun {
         window_end,
         cancel,
-        level_cancel,
-        tx,
+        launcher,
         mut rx,
         mut fl,
         mut out,
@@ -669,8 +673,8 @@ pub async fn run_level_with(
     out.drain_s = window_closed.elapsed().as_secs_f64();
     // Whatever is left is cancelled; the cancelled requests report back at once.
     out.cancelled_at_end += fl.in_window;
-    level_cancel.cancel();
-    drop(tx);
+    launcher.cancel.cancel();
+    drop(launcher);
     while fl.in_flight > 0 {
         match rx.recv().await {
             Some(Msg::Done(d)) => fl.done(d, &mut out, &opts.goodput),

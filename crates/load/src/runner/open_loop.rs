@@ -2,9 +2,9 @@
 //! each intended time (itself, on a prepared request and an idle connection, when uncapped;
 //! through the dispatcher and its queue when `max_concurrency` caps the requests in flight).
 
-use super::level::{LevelRun, Msg, OPEN_LOOP, request_task};
+use super::level::{Launcher, LevelRun, Msg, OPEN_LOOP};
 use crate::arrivals::{ArrivalProcess, ArrivalSchedule};
-use crate::client::{CancellationFlag, PreparedRequest, RequestRecord, Target};
+use crate::client::{PreparedRequest, RequestRecord, Target};
 use headroom_core::Outcome;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ pub(super) async fn run(
     max_concurrency: Option<u32>,
 ) -> bool {
     let cap = max_concurrency.map_or(usize::MAX, |m| m.max(1) as usize);
-    let (t0, window_start) = (lv.t0, lv.window_start);
+    let (t0, window_start) = (lv.t0, lv.launcher.window_start);
     let total = lv.hard_end.saturating_duration_since(t0);
     let stop = Arc::new(AtomicBool::new(false));
     let ns_from_t0 = |at: Instant| {
@@ -37,29 +37,33 @@ pub(super) async fn run(
     let direct = (max_concurrency.is_none()).then(|| DirectLaunch {
         handle: tokio::runtime::Handle::current(),
         prepared: prep_rx,
-        target: lv.target.clone(),
-        cancel: lv.level_cancel.clone(),
-        window_start,
+        launcher: lv.launcher.clone(),
         launch_until_ns: launch_until_ns.clone(),
     });
-    let spares = Spares::new(rate_per_s, &lv.target);
+    let spares = Spares::new(rate_per_s, &lv.launcher.target);
     if direct.is_some() {
         for _ in 0..ahead {
             refill(lv, prep_tx.as_ref());
         }
-        spares.top_up(&lv.target);
+        spares.top_up(&lv.launcher.target);
     } else {
         prep_tx = None;
     }
     let pacer = match ArrivalSchedule::new(rate_per_s, arrival, lv.seed) {
         Ok(schedule) => {
-            let stop = stop.clone();
-            let tx = lv.tx.clone();
-            let want_rt = lv.opts.pacer_realtime;
-            let rt = lv.pacer_realtime.clone();
+            let pacer = Pacer {
+                schedule,
+                t0,
+                total,
+                want_realtime: lv.opts.pacer_realtime,
+                realtime: lv.pacer_realtime.clone(),
+                tx: lv.launcher.tx.clone(),
+                stop: stop.clone(),
+                direct,
+            };
             match std::thread::Builder::new()
                 .name("headroom-pacer".into())
-                .spawn(move || pace(schedule, t0, total, want_rt, &rt, &tx, &stop, direct))
+                .spawn(move || pacer.run())
             {
                 Ok(h) => Some(h),
                 Err(e) => {
@@ -100,7 +104,7 @@ pub(super) async fn run(
                 Some(Msg::Launched { in_window, late_ns }) => {
                     lv.fl.launched(&mut lv.out, in_window, late_ns);
                     refill(lv, prep_tx.as_ref());
-                    spares.top_up(&lv.target);
+                    spares.top_up(&lv.launcher.target);
                 }
                 Some(Msg::Tick(intended, late_ns)) => {
                     let Some(p) = pending.take() else { break };
@@ -194,9 +198,7 @@ fn prepared_ahead(rate_per_s: f64) -> usize {
 struct DirectLaunch {
     handle: tokio::runtime::Handle,
     prepared: mpsc::Receiver<PreparedRequest>,
-    target: Arc<Target>,
-    cancel: CancellationFlag,
-    window_start: Instant,
+    launcher: Launcher,
     /// Nothing intended at or after this offset from the level start (ns) is launched: the
     /// window's end, moved by the dispatcher when a check closes the window early.
     launch_until_ns: Arc<AtomicU64>,
@@ -271,112 +273,126 @@ impl Spares {
     }
 }
 
-/// The pacer: at real-time priority when asked (`want_realtime`) and the OS allows it
-/// (`realtime` says whether it did), sleeps to each intended send time, then launches the
-/// request itself (`direct`: a request prepared by the dispatcher, spawned on its
-/// runtime) or hands the time to the dispatcher, until the level's end or `stop`.
-#[allow(clippy::too_many_arguments)]
-fn pace(
+/// The pacer thread of an open-loop level (see [`Pacer::run`]).
+struct Pacer {
+    /// The intended send times, as offsets from `t0`.
     schedule: ArrivalSchedule,
+    /// The level's start.
     t0: Instant,
+    /// Nothing at or after this offset is sent: the level's end.
     total: Duration,
+    /// Ask for real-time priority
+    /// ([`RunOptions::pacer_realtime`](super::RunOptions::pacer_realtime)).
     want_realtime: bool,
-    realtime: &AtomicBool,
-    tx: &mpsc::UnboundedSender<Msg>,
-    stop: &AtomicBool,
-    mut direct: Option<DirectLaunch>,
-) {
-    // The kernel may delay a sleeping thread's wake-up by its timer slack (50 µs by default);
-    // 1 µs keeps the wake-up on time.
-    #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong);
-    }
-    // On a busy host the scheduler wakes a sleeping thread late (2 ms at p99 on a loaded 2-core
-    // machine); at the lowest real-time priority the pacer preempts ordinary threads when its
-    // time comes (0.08 ms). It sleeps between sends, so it takes no CPU from them otherwise.
-    // Needs CAP_SYS_NICE (root has it); without it the pacer stays an ordinary thread.
-    #[cfg(target_os = "linux")]
-    if want_realtime {
-        let param = libc::sched_param { sched_priority: 1 };
-        // SAFETY: sets the calling thread's policy (pid 0); `param` outlives the call.
-        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) };
-        realtime.store(rc == 0, Ordering::Relaxed);
-    }
-    #[cfg(target_os = "linux")]
-    if !realtime.load(Ordering::Relaxed) {
-        request_short_slice();
-    }
-    for offset in schedule {
-        if offset >= total {
-            return;
+    /// Set when the pacer got real-time priority.
+    realtime: Arc<AtomicBool>,
+    /// The dispatcher's channel: ticks (capped) and launches (uncapped).
+    tx: mpsc::UnboundedSender<Msg>,
+    /// Set by the dispatcher when the level's window has closed.
+    stop: Arc<AtomicBool>,
+    /// Uncapped: what the pacer needs to launch requests itself.
+    direct: Option<DirectLaunch>,
+}
+
+impl Pacer {
+    /// At real-time priority when asked (`want_realtime`) and the OS allows it (`realtime` says
+    /// whether it did), sleeps to each intended send time, then launches the request itself
+    /// (`direct`: a request prepared by the dispatcher, spawned on its runtime) or hands the
+    /// time to the dispatcher, until the level's end or `stop`.
+    fn run(self) {
+        let Pacer {
+            schedule,
+            t0,
+            total,
+            want_realtime,
+            realtime,
+            tx,
+            stop,
+            mut direct,
+        } = self;
+        // The kernel may delay a sleeping thread's wake-up by its timer slack (50 µs by default);
+        // 1 µs keeps the wake-up on time.
+        #[cfg(target_os = "linux")]
+        // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
+        unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong);
         }
-        let at = t0 + offset;
-        // Take the request before sleeping, so the launch itself is all that happens at `at`.
-        let prepared = match &mut direct {
-            Some(d) => match d.prepared.blocking_recv() {
-                Some(p) => Some(p),
-                None => return,
-            },
-            None => None,
-        };
-        let mut slept = false;
-        loop {
-            if stop.load(Ordering::Relaxed) {
+        // On a busy host the scheduler wakes a sleeping thread late (2 ms at p99 on a loaded 2-core
+        // machine); at the lowest real-time priority the pacer preempts ordinary threads when its
+        // time comes (0.08 ms). It sleeps between sends, so it takes no CPU from them otherwise.
+        // Needs CAP_SYS_NICE (root has it); without it the pacer stays an ordinary thread.
+        #[cfg(target_os = "linux")]
+        if want_realtime {
+            let param = libc::sched_param { sched_priority: 1 };
+            // SAFETY: sets the calling thread's policy (pid 0); `param` outlives the call.
+            let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) };
+            realtime.store(rc == 0, Ordering::Relaxed);
+        }
+        #[cfg(target_os = "linux")]
+        if !realtime.load(Ordering::Relaxed) {
+            request_short_slice();
+        }
+        for offset in schedule {
+            if offset >= total {
                 return;
             }
-            let now = Instant::now();
-            if now >= at {
-                break;
-            }
-            // Sleep in slices so a stop is noticed within 20 ms at any rate.
-            std::thread::sleep((at - now).min(Duration::from_millis(20)));
-            slept = true;
-        }
-        // The OS's part of the delay: how late the wake-up came. An arrival that was already
-        // due when the pacer got to it (a burst it was still sending, or waiting for the next
-        // prepared request) had no wake-up to be late: its delay is the client's own, and shows
-        // in the send lag alone.
-        let late_ns = if slept {
-            u64::try_from(Instant::now().saturating_duration_since(at).as_nanos())
-                .unwrap_or(u64::MAX)
-        } else {
-            0
-        };
-        let sent = match (&direct, prepared) {
-            (Some(d), Some(p)) => {
-                let offset_ns = u64::try_from(offset.as_nanos()).unwrap_or(u64::MAX);
-                if offset_ns >= d.launch_until_ns.load(Ordering::Relaxed) {
+            let at = t0 + offset;
+            // Take the request before sleeping, so the launch itself is all that happens at `at`.
+            let prepared = match &mut direct {
+                Some(d) => match d.prepared.blocking_recv() {
+                    Some(p) => Some(p),
+                    None => return,
+                },
+                None => None,
+            };
+            let mut slept = false;
+            loop {
+                if stop.load(Ordering::Relaxed) {
                     return;
                 }
-                if tx.is_closed() {
-                    return;
+                let now = Instant::now();
+                if now >= at {
+                    break;
                 }
-                // The request goes onto the socket from here, now; the task that awaits its
-                // answer may start later without delaying the send.
-                let sent = d.target.send_now(&p);
-                let in_window = at >= d.window_start;
-                let ok = tx.send(Msg::Launched { in_window, late_ns }).is_ok();
-                if ok {
-                    d.handle.spawn(request_task(
-                        d.target.clone(),
-                        p,
-                        sent,
-                        at,
-                        d.window_start,
-                        in_window,
-                        OPEN_LOOP,
-                        d.cancel.clone(),
-                        tx.clone(),
-                    ));
-                }
-                ok
+                // Sleep in slices so a stop is noticed within 20 ms at any rate.
+                std::thread::sleep((at - now).min(Duration::from_millis(20)));
+                slept = true;
             }
-            _ => tx.send(Msg::Tick(at, late_ns)).is_ok(),
-        };
-        if !sent {
-            return;
+            // The OS's part of the delay: how late the wake-up came. An arrival that was already
+            // due when the pacer got to it (a burst it was still sending, or waiting for the next
+            // prepared request) had no wake-up to be late: its delay is the client's own, and shows
+            // in the send lag alone.
+            let late_ns = if slept {
+                u64::try_from(Instant::now().saturating_duration_since(at).as_nanos())
+                    .unwrap_or(u64::MAX)
+            } else {
+                0
+            };
+            let sent = match (&direct, prepared) {
+                (Some(d), Some(p)) => {
+                    let offset_ns = u64::try_from(offset.as_nanos()).unwrap_or(u64::MAX);
+                    if offset_ns >= d.launch_until_ns.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if tx.is_closed() {
+                        return;
+                    }
+                    // The request goes onto the socket from here, now; the task that awaits its
+                    // answer may start later without delaying the send.
+                    let sent = d.launcher.target.send_now(&p);
+                    let in_window = at >= d.launcher.window_start;
+                    let ok = tx.send(Msg::Launched { in_window, late_ns }).is_ok();
+                    if ok {
+                        d.handle
+                            .spawn(d.launcher.task(p, sent, at, in_window, OPEN_LOOP));
+                    }
+                    ok
+                }
+                _ => tx.send(Msg::Tick(at, late_ns)).is_ok(),
+            };
+            if !sent {
+                return;
+            }
         }
     }
 }
@@ -457,9 +473,17 @@ mod tests {
     fn pace_ticks(t0: Instant, total: Duration, rate: f64) -> Vec<(Instant, u64)> {
         let schedule = ArrivalSchedule::new(rate, ArrivalProcess::Constant, 1).unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let (rt_flag, stop) = (AtomicBool::new(false), AtomicBool::new(false));
-        pace(schedule, t0, total, false, &rt_flag, &tx, &stop, None);
-        drop(tx);
+        Pacer {
+            schedule,
+            t0,
+            total,
+            want_realtime: false,
+            realtime: Arc::new(AtomicBool::new(false)),
+            tx,
+            stop: Arc::new(AtomicBool::new(false)),
+            direct: None,
+        }
+        .run();
         let mut ticks = Vec::new();
         while let Ok(m) = rx.try_recv() {
             if let Msg::Tick(at, late_ns) = m {
