@@ -12,11 +12,10 @@ use headroom_core::run::{LevelResult, LoadMode, Manifest, PhaseResult, RunResult
 use headroom_core::slo::{SloFile, fmt_num, parse_ratio};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
+use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
+use headroom_sweep::search::LevelPlan;
 use headroom_load::workload::{Levels, Workload, check_level};
 use headroom_plan::twin::TwinLevels;
-use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
-use headroom_sweep::run_dir::{CALIBRATION, RunDir};
-use headroom_sweep::search::LevelPlan;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -440,12 +439,20 @@ async fn plan_one(
         (p.workload.spec.warmup, p.workload.spec.measure),
         (settings.warmup, settings.measure),
     );
-    let run_dir = RunDir::new(dir);
-    run_dir
-        .write_inputs(&p.slo_text, &workload_text, &manifest)
-        .context("cannot write the run directory")?;
+    for (name, text) in [("slo.yaml", &p.slo_text), ("workload.yaml", &workload_text)] {
+        let path = dir.join(name);
+        headroom_report::write_atomic(&path, text.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    headroom_report::write_atomic(
+        &dir.join("manifest.json"),
+        &serde_json::to_vec_pretty(&manifest)?,
+    )?;
     if let Some(c) = &p.calibration {
-        run_dir.write(CALIBRATION, &serde_json::to_vec_pretty(&c.cal)?)?;
+        headroom_report::write_atomic(
+            &dir.join("calibration.json"),
+            &serde_json::to_vec_pretty(&c.cal)?,
+        )?;
     }
     let files: Arc<Mutex<FileLog>> = Arc::default();
     let on_result = {

@@ -585,8 +585,8 @@ pub async fn run(a: SloArgs) -> Result<i32> {
             };
             let mut notes = Vec::new();
             if let Some(dir) = &s.from {
-                let path = headroom_sweep::run_dir::RunDir::new(dir).results();
-                let text = headroom_sweep::run_dir::read_text(&path)
+                let path = dir.join("results.json");
+                let text = std::fs::read_to_string(&path)
                     .with_context(|| format!("--from: cannot read {}", path.display()))?;
                 let results: serde_json::Value = serde_json::from_str(&text)
                     .with_context(|| format!("--from: {} is not JSON", path.display()))?;

@@ -1,19 +1,17 @@
-//! Headroom's shared vocabulary: no I/O, no clock — except the one file write every
-//! run-directory writer shares ([`atomic`]), the run directory's layout and its bounded reads
-//! ([`run_dir`]), and the open-file limit the client and the gateway both raise ([`fd_limit`]).
+//! Headroom's shared vocabulary: no network I/O, no clock — except the one file write every
+//! run-directory writer shares ([`atomic`]) and the open-file limit the client and the gateway
+//! both raise ([`fd_limit`]).
 //!
-//! What lives here: the definitions the field disagrees on (TTFT, ITL, TPOT, E2E; see
-//! [`signal`]), request outcomes ([`outcome`]), the SLO file ([`slo`]) and the verdict and finding
-//! types every judgement is expressed in ([`verdict`]), and the rule both HTTP connection pools
-//! use to resend a request a closing connection lost ([`retry`]). What does not: parsing metrics (crate
+//! What lives here: the definitions the field disagrees on (TTFT, ITL, TPOT, E2E, and which
+//! stream chunk counts as generated text; see [`signal`]), request outcomes ([`outcome`]), the
+//! SLO file ([`slo`]) and the verdict and finding types every judgement is expressed in
+//! ([`verdict`]). What does not: HTTP and SSE (crate `wire`), parsing metrics (crate
 //! `signals`), measuring (crate `load`), rendering (crate `report`).
 
 pub mod atomic;
 pub mod fd_limit;
 pub mod outcome;
-pub mod retry;
 pub mod run;
-pub mod run_dir;
 pub mod signal;
 pub mod slo;
 pub mod stats;

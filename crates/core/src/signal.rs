@@ -10,6 +10,26 @@
 //! - **E2E**: request start → end of stream.
 //!
 //! All times are nanoseconds on the client's monotonic clock, relative to the level's start.
+//!
+//! **Which chunk carries generated text** is decided by [`ChunkContent`], for the load client
+//! and the gateway alike. With `n > 1` a stream carries several choices. vLLM's OpenAI server
+//! streams them interleaved, one chunk per choice and engine step, each naming its choice by
+//! `index` (`vllm/entrypoints/openai/completion/serving.py`, `completion_stream_generator`:
+//! `for output in res.outputs: i = output.index + prompt_idx * num_choices`, one
+//! `choices=[…(index=i)]` chunk each; the chat server does the same). The OpenAI Python SDK
+//! puts a stream back together by `choice.index` (`openai/lib/streaming/chat/_completions.py`,
+//! `ChatCompletionStreamState`), so a chunk is about whichever choices it lists, not only the
+//! first. vLLM's benchmark reads `choices[0]` of every chunk
+//! (`vllm/benchmarks/lib/endpoint_request_func.py`): on vLLM's one-choice chunks that is the
+//! chunk's choice, whichever index, so it times the merged stream. Hence:
+//! - a chunk is a **content chunk** when *any* of its choices carries generated text (a server
+//!   that lists several choices in one chunk is read the same as vLLM's one-choice chunks);
+//! - **TTFT** is the first content chunk of any choice: when the user first sees output;
+//! - **ITL** is every gap between consecutive content chunks of the merged stream, as vLLM's
+//!   benchmark times it; with `n > 1` the choices of one engine step arrive microseconds apart,
+//!   so about `(n − 1)/n` of the gaps are near zero: compare ITL only between runs with the same
+//!   `n`;
+//! - **TPOT** divides by `usage.completion_tokens`, which vLLM sums over all choices.
 
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +81,50 @@ impl LatencySignal {
     }
 }
 
+/// The generated-text fields of one streamed choice, each "present and a non-empty string":
+/// `text` (completions), `delta.content` (chat), and the reasoning deltas of reasoning models
+/// (`delta.reasoning_content`, vLLM's older name, and `delta.reasoning`). A chat stream's
+/// role-only first chunk (`delta: {role, content: ""}`) has none of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChoiceText {
+    /// `text` is non-empty.
+    pub text: bool,
+    /// `delta.content` is non-empty.
+    pub content: bool,
+    /// `delta.reasoning_content` is non-empty.
+    pub reasoning_content: bool,
+    /// `delta.reasoning` is non-empty.
+    pub reasoning: bool,
+}
+
+impl ChoiceText {
+    /// Whether the choice carries generated text: any of its fields does.
+    pub fn carries_text(self) -> bool {
+        self.text || self.content || self.reasoning_content || self.reasoning
+    }
+}
+
+/// Whether one stream chunk is a content chunk (the TTFT and ITL rule of the module docs): fed
+/// every choice of the chunk in order ([`ChunkContent::choice`]), it says whether any carried
+/// generated text. A fold rather than a function of a list, so a one-pass reader can apply it
+/// without collecting the choices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkContent(bool);
+
+impl ChunkContent {
+    /// One more choice of the chunk.
+    #[inline]
+    pub fn choice(&mut self, c: ChoiceText) {
+        self.0 |= c.carries_text();
+    }
+
+    /// The chunk is a content chunk.
+    #[inline]
+    pub fn is_content(self) -> bool {
+        self.0
+    }
+}
+
 /// Timing of one streamed request, in nanoseconds since its start (intended send time in open
 /// loop). Built by the client; the derived figures below are the single definition used everywhere.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -101,6 +165,28 @@ impl RequestTiming {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn any_choice_with_text_makes_a_content_chunk() {
+        let role_only = ChoiceText::default();
+        let text = ChoiceText {
+            text: true,
+            ..ChoiceText::default()
+        };
+        let reasoning = ChoiceText {
+            reasoning: true,
+            ..ChoiceText::default()
+        };
+        let fold = |cs: &[ChoiceText]| {
+            let mut c = ChunkContent::default();
+            cs.iter().for_each(|&x| c.choice(x));
+            c.is_content()
+        };
+        assert!(!fold(&[]));
+        assert!(!fold(&[role_only, role_only]));
+        assert!(fold(&[role_only, text]), "a later choice counts too");
+        assert!(fold(&[reasoning]));
+    }
 
     #[test]
     fn definitions_by_hand() {

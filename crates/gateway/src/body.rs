@@ -673,11 +673,7 @@ fn non_stream_finish(body: &[u8]) -> (Option<Finish>, Option<u32>) {
         .and_then(|c| c.get(0))
         .and_then(|c| c.get("finish_reason"))
         .and_then(|f| f.as_str())
-        .map(|f| match f {
-            "length" => Finish::Length,
-            "abort" | "error" => Finish::Failed,
-            _ => Finish::Stop,
-        });
+        .map(Finish::from_reason);
     let tokens = v
         .get("usage")
         .and_then(|u| u.get("completion_tokens"))

@@ -37,7 +37,6 @@ pub mod metrics;
 pub mod path;
 pub mod proxy;
 pub mod sse;
-mod sse_scan;
 pub mod upstream;
 
 pub use config::{ConfigError, GatewayConfig, GatewayFile};

@@ -3,10 +3,11 @@
 //!
 //! Built on hyper 1's HTTP/1.1 connections (one connection per stream in flight, `TCP_NODELAY`,
 //! kept in a pool), because the client must never be what limits a measurement: each request's
-//! task drives its own connection (no second task per connection, see [`conn`]); every body
-//! frame is timestamped on arrival (monotonic clock, `std::time::Instant`) *before* it is parsed;
-//! the SSE parser ([`sse`]) works incrementally on the frame's bytes without copying them; a
-//! plain content chunk is read by a one-pass scanner and only the rest goes through serde_json.
+//! task drives its own connection (no second task per connection, see
+//! [`headroom_wire::conn`]); every body frame is timestamped on arrival (monotonic clock,
+//! `std::time::Instant`) *before* it is parsed; the SSE parser ([`sse`], the wire layer's
+//! splitter) works incrementally on the frame's bytes without copying them; a plain content
+//! chunk is read by a one-pass scanner and only the rest goes through serde_json.
 //!
 //! Times in a [`RequestRecord`] are nanoseconds since the request's *start*: the intended send
 //! time in open loop (so a late send counts against the latency, no coordinated omission), the
@@ -18,8 +19,6 @@
 //! Only `http://` targets are supported (no TLS); an API key is sent as `Authorization: Bearer`
 //! and never printed (the header is marked sensitive and [`Target`]'s `Debug` redacts it).
 
-mod chunk_scan;
-mod conn;
 pub mod fd_limit;
 mod retry_after;
 pub mod sse;
@@ -27,8 +26,8 @@ pub mod sse;
 use crate::prompt::DrawnRequest;
 use crate::workload::Endpoint;
 use bytes::Bytes;
-use conn::{ConnDriver, Pool, Unanswered, describe, drive};
 use headroom_core::{Outcome, RequestTiming};
+use headroom_wire::conn::{self, Driver, Pool, PoolLimits, Unanswered, describe, drive};
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::Full;
@@ -207,12 +206,15 @@ impl Target {
             host,
             port,
             host_header,
-            // The first target raises the soft open-file limit; idle connections stay within it.
-            fd_limit::idle_cap(config.max_idle_per_host, fd_limit::fd_limit().soft),
-            // Below the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp's server: a
-            // connection idle longer is closed rather than raced against the server's close.
-            IDLE_KEEP,
-            config.connect_timeout,
+            PoolLimits {
+                // The first target raises the soft open-file limit; idle connections stay
+                // within it.
+                max_idle: fd_limit::idle_cap(config.max_idle_per_host, fd_limit::fd_limit().soft),
+                // Below the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp's server: a
+                // connection idle longer is closed rather than raced against the server's close.
+                idle_timeout: IDLE_KEEP,
+                connect_timeout: config.connect_timeout,
+            },
         ));
         Ok(Target {
             base,
@@ -266,7 +268,7 @@ impl Target {
         let mut b = Request::builder()
             .method(Method::GET)
             .uri(uri)
-            .header(HOST, self.pool.host_header.clone());
+            .header(HOST, self.pool.host_header().clone());
         if let Some(a) = &self.auth {
             b = b.header(AUTHORIZATION, a.clone());
         }
@@ -282,9 +284,9 @@ impl Target {
         limit: usize,
     ) -> Result<(StatusCode, Bytes), String> {
         let fut = async {
-            let (mut link, resp) = self.pool.request(req).await?;
+            let (mut link, resp) = self.pool.request(req).await.map_err(Failure::from)?;
             let status = resp.status();
-            let body = read_limited(&mut link.conn, resp.into_body(), limit).await?;
+            let body = read_limited(&mut link.driver, resp.into_body(), limit).await?;
             self.pool.put_back(link);
             Ok((status, body))
         };
@@ -310,7 +312,7 @@ impl Target {
         let mut b = Request::builder()
             .method(Method::POST)
             .uri(uri)
-            .header(HOST, self.pool.host_header.clone())
+            .header(HOST, self.pool.host_header().clone())
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(a) = &self.auth {
             b = b.header(AUTHORIZATION, a.clone());
@@ -446,7 +448,7 @@ impl Target {
         let mut b = Request::builder()
             .method(Method::POST)
             .uri(self.path(req.endpoint).clone())
-            .header(HOST, self.pool.host_header.clone())
+            .header(HOST, self.pool.host_header().clone())
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .header(ACCEPT, HeaderValue::from_static("text/event-stream"));
         if let Some(a) = &self.auth {
@@ -486,7 +488,7 @@ impl Target {
     /// # Errors
     /// The connect error, described (refused, timed out).
     pub async fn open_spare_connection(&self) -> Result<(), String> {
-        Ok(self.pool.open_spare().await?)
+        Ok(self.pool.open_spare().await.map_err(Failure::from)?)
     }
 
     /// As [`Target::send`] for a request already handed to a connection by
@@ -520,19 +522,21 @@ impl Target {
                 rec.send_lag_ns = nanos_between(start, sent.at);
                 match sent.answer(false).await {
                     Ok(r) => Ok(r),
-                    Err(Unanswered::Failed(e)) => Err(conn::Failure::Transport(e)),
+                    Err(Unanswered::Failed(e)) => Err(Failure::Transport(e)),
                     // The connection was closed under the request: it goes out again now. The
                     // send lag stays the first send's (the request left on time; the time lost
                     // counts in its latency).
-                    Err(Unanswered::Resend { req, written }) => {
-                        self.pool.request_again(*req, written).await
-                    }
+                    Err(Unanswered::Resend { req, written }) => self
+                        .pool
+                        .request_again(*req, written)
+                        .await
+                        .map_err(Failure::from),
                 }
             }
             None => match self.http_request(req) {
                 Ok(http_req) => {
                     rec.send_lag_ns = nanos_since(start);
-                    self.pool.request(http_req).await
+                    self.pool.request(http_req).await.map_err(Failure::from)
                 }
                 Err(e) => {
                     rec.message = Some(e);
@@ -542,12 +546,12 @@ impl Target {
         };
         let (mut link, resp) = match answered {
             Ok(r) => r,
-            Err(conn::Failure::Transport(e)) => {
+            Err(Failure::Transport(e)) => {
                 rec.message = Some(e);
                 return Some(Outcome::Transport);
             }
             // The client's own limit, not the server's failure.
-            Err(conn::Failure::ClientLimit(e)) => {
+            Err(Failure::ClientLimit(e)) => {
                 rec.message = Some(e);
                 return Some(Outcome::ClientLimit);
             }
@@ -555,7 +559,7 @@ impl Target {
         let status = resp.status();
         if !status.is_success() {
             *retry_after = retry_after::retry_after(resp.headers(), SystemTime::now());
-            let body = read_limited(&mut link.conn, resp.into_body(), 64 * 1024).await;
+            let body = read_limited(&mut link.driver, resp.into_body(), 64 * 1024).await;
             if body.is_ok() {
                 self.pool.put_back(link);
             }
@@ -565,7 +569,7 @@ impl Target {
         let mut body = resp.into_body();
         let mut sp = SseSplitter::new();
         loop {
-            match drive(&mut link.conn, |cx| Pin::new(&mut body).poll_frame(cx)).await {
+            match drive(&mut link.driver, |cx| Pin::new(&mut body).poll_frame(cx)).await {
                 None => break,
                 Some(Ok(frame)) => {
                     // Timestamp first, parse after.
@@ -607,6 +611,47 @@ fn nanos_between(start: Instant, end: Instant) -> u64 {
     u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Why a request got no connection or no answer, as the client tells them apart.
+#[derive(Debug, Clone, PartialEq)]
+enum Failure {
+    /// The connection failed, or broke before the answer (the server's side or the network's),
+    /// described.
+    Transport(String),
+    /// The client's own limit (open files, local ports) refused the connect: the server never
+    /// saw the request ([`fd_limit::client_limit`]).
+    ClientLimit(String),
+}
+
+impl From<conn::Failure> for Failure {
+    fn from(f: conn::Failure) -> Failure {
+        match f {
+            conn::Failure::Transport(m) => Failure::Transport(m),
+            conn::Failure::Connect(e) => e.into(),
+        }
+    }
+}
+
+impl From<conn::ConnectError> for Failure {
+    fn from(e: conn::ConnectError) -> Failure {
+        match e
+            .io
+            .as_ref()
+            .and_then(|io| Some((fd_limit::client_limit(io)?, io)))
+        {
+            Some((what, io)) => Failure::ClientLimit(fd_limit::limit_message(what, io)),
+            None => Failure::Transport(e.message),
+        }
+    }
+}
+
+impl From<Failure> for String {
+    fn from(f: Failure) -> String {
+        match f {
+            Failure::Transport(m) | Failure::ClientLimit(m) => m,
+        }
+    }
+}
+
 /// A finished request and the wait its answer asked for.
 #[derive(Debug)]
 pub(crate) struct Answer {
@@ -632,7 +677,7 @@ impl fmt::Debug for Dispatched {
 
 /// The whole body (at most `limit` bytes), driving its connection.
 async fn read_limited(
-    conn: &mut ConnDriver,
+    conn: &mut Driver,
     mut body: hyper::body::Incoming,
     limit: usize,
 ) -> Result<Bytes, String> {
@@ -837,7 +882,7 @@ mod tests {
         let t = Target::new("http://127.0.0.1:8000/v1/", Some("sk-secret"), None).unwrap();
         assert_eq!(t.base_url(), "http://127.0.0.1:8000");
         assert_eq!(t.path(Endpoint::Chat).to_string(), "/v1/chat/completions");
-        assert_eq!(t.pool.host_header, "127.0.0.1:8000");
+        assert_eq!(t.pool.host_header(), "127.0.0.1:8000");
         let dbg = format!("{t:?}");
         assert!(
             !dbg.contains("sk-secret") && dbg.contains("redacted"),
@@ -849,7 +894,7 @@ mod tests {
             t.path(Endpoint::Completions).to_string(),
             "/llm/v1/completions"
         );
-        assert_eq!(t.pool.host_header, "gw:80");
+        assert_eq!(t.pool.host_header(), "gw:80");
         assert_eq!(t.with_model("x").model(), Some("x"));
         for (u, needle) in [
             ("https://x", "https is not supported"),

@@ -1,28 +1,31 @@
 //! A fast path for the common OpenAI stream chunk: one pass over the event's bytes that finds what
-//! [`super::sse::StreamState`] needs from a plain content chunk — whether `choices[0]` carries
-//! generated text (`text`, or `delta.content` / `delta.reasoning_content` / `delta.reasoning`,
-//! non-empty) and its `finish_reason` — without building anything.
+//! [`crate::chunk::parse`] says of a plain content chunk — whether it is a content chunk (by
+//! [`ChunkContent`]: any choice's `text`, `delta.content`, `delta.reasoning_content` or
+//! `delta.reasoning` non-empty) and the last non-null `finish_reason` of its choices — without
+//! building anything.
 //!
 //! It is an optimisation only, never a second definition: [`scan`] answers only when it is certain
-//! that the serde path (`sse::ChunkMsg` through `serde_json`) would decide the same, and declines
+//! that the serde path ([`crate::chunk::parse_serde`]) would decide the same, and declines
 //! (`None`) otherwise, leaving the event to serde. It declines on anything it does not fully
 //! check:
-//! - events carrying `usage`, `metrics`, `error` or `message` (rare: the last chunk or two of a
-//!   stream), or `"object": "error"`;
+//! - events carrying a non-null `usage`, `metrics`, `error` or `message` (rare: the last chunk or
+//!   two of a stream), or `"object": "error"`;
 //! - any `\u` escape, any other byte sequence serde_json would reject or might read differently
 //!   (control characters in strings, bad escapes, malformed numbers or literals, trailing bytes,
 //!   invalid UTF-8, nesting deeper than 64), duplicate fields that serde rejects, a `choices`
 //!   element or `delta` that is not an object, a `finish_reason` with an escape.
 //!
-//! The `sse` tests check [`scan`] against the serde path on the real vLLM fixtures, on hand-made
-//! edge cases and on many seeded random mutations of real chunks.
+//! The tests of [`crate::chunk`] check [`scan`] against the serde path on the real vLLM
+//! fixtures, on hand-made edge cases and on many seeded random mutations of real chunks.
+
+use headroom_core::signal::{ChoiceText, ChunkContent};
 
 /// What the fast path found in one chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Scan<'a> {
-    /// `choices[0]` carries generated text.
+    /// A content chunk ([`ChunkContent`]).
     pub content: bool,
-    /// `choices[0].finish_reason`, when a string.
+    /// The last `finish_reason` of its choices that is a string.
     pub finish_reason: Option<&'a str>,
 }
 
@@ -43,12 +46,14 @@ pub(crate) fn scan(data: &[u8]) -> Option<Scan<'_>> {
         finish_reason: None,
     };
     let (mut seen_choices, mut seen_object) = (false, false);
+    let mut seen = Seen::default();
+    let mut content = ChunkContent::default();
     c.object(|c, key| match key {
         b"choices" => {
             if std::mem::replace(&mut seen_choices, true) {
                 return None;
             }
-            c.choices(&mut out)
+            c.choices(&mut out, &mut content)
         }
         b"object" => {
             if std::mem::replace(&mut seen_object, true) {
@@ -64,9 +69,16 @@ pub(crate) fn scan(data: &[u8]) -> Option<Scan<'_>> {
                 _ => None,
             }
         }
-        b"usage" | b"metrics" | b"error" | b"message" => None,
+        // Non-null ones are left to serde.
+        b"usage" | b"metrics" | b"error" | b"message" => {
+            if std::mem::replace(seen.field(key), true) {
+                return None;
+            }
+            c.literal(b"null")
+        }
         _ => c.skip_value(),
     })?;
+    out.content = content.is_content();
     c.ws();
     if c.i != data.len() {
         return None;
@@ -293,23 +305,16 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// `choices`: null or a list whose first element (an object) is read, the rest checked.
-    fn choices(&mut self, out: &mut Scan<'a>) -> Option<()> {
+    /// `choices`: null or a list of objects, each read.
+    fn choices(&mut self, out: &mut Scan<'a>, content: &mut ChunkContent) -> Option<()> {
         match self.peek()? {
             b'n' => self.literal(b"null"),
-            b'[' => {
-                let mut first = true;
-                self.array(|c| {
-                    if std::mem::replace(&mut first, false) {
-                        if c.peek()? != b'{' {
-                            return None;
-                        }
-                        c.choice(out)
-                    } else {
-                        c.skip_value()
-                    }
-                })
-            }
+            b'[' => self.array(|c| {
+                if c.peek()? != b'{' {
+                    return None;
+                }
+                c.choice(out, content)
+            }),
             _ => None,
         }
     }
@@ -325,7 +330,7 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    fn choice(&mut self, out: &mut Scan<'a>) -> Option<()> {
+    fn choice(&mut self, out: &mut Scan<'a>, content: &mut ChunkContent) -> Option<()> {
         let (mut text, mut delta, mut finish) = (None, None, None);
         self.object(|c, key| match key {
             b"text" => {
@@ -342,7 +347,7 @@ impl<'a> Cursor<'a> {
                 delta = Some(match c.peek()? {
                     b'n' => {
                         c.literal(b"null")?;
-                        false
+                        ChoiceText::default()
                     }
                     b'{' => c.delta()?,
                     _ => return None,
@@ -371,7 +376,10 @@ impl<'a> Cursor<'a> {
             }
             _ => c.skip_value(),
         })?;
-        out.content = text.unwrap_or(false) || delta.unwrap_or(false);
+        content.choice(ChoiceText {
+            text: text.unwrap_or(false),
+            ..delta.unwrap_or_default()
+        });
         if let Some(Some(s)) = finish {
             // Valid UTF-8 unless a non-ASCII byte was seen, which `scan` checks before answering.
             out.finish_reason = Some(std::str::from_utf8(s).ok()?);
@@ -379,23 +387,43 @@ impl<'a> Cursor<'a> {
         Some(())
     }
 
-    /// `delta`: whether `content`, `reasoning_content` or `reasoning` is non-empty.
-    fn delta(&mut self) -> Option<bool> {
+    /// `delta`: which of `content`, `reasoning_content` and `reasoning` are non-empty.
+    fn delta(&mut self) -> Option<ChoiceText> {
         let mut seen = [false; 3];
-        let mut any = false;
+        let mut t = ChoiceText::default();
         self.object(|c, key| {
-            let k = match key {
-                b"content" => 0,
-                b"reasoning_content" => 1,
-                b"reasoning" => 2,
+            let (k, field) = match key {
+                b"content" => (0, &mut t.content),
+                b"reasoning_content" => (1, &mut t.reasoning_content),
+                b"reasoning" => (2, &mut t.reasoning),
                 _ => return c.skip_value(),
             };
             if std::mem::replace(&mut seen[k], true) {
                 return None;
             }
-            any |= c.non_empty()?;
+            *field = c.non_empty()?;
             Some(())
         })?;
-        Some(any)
+        Some(t)
+    }
+}
+
+/// Top-level fields read as `null` only, each at most once (serde rejects a duplicate).
+#[derive(Default)]
+struct Seen {
+    usage: bool,
+    metrics: bool,
+    error: bool,
+    message: bool,
+}
+
+impl Seen {
+    fn field(&mut self, key: &[u8]) -> &mut bool {
+        match key {
+            b"usage" => &mut self.usage,
+            b"metrics" => &mut self.metrics,
+            b"error" => &mut self.error,
+            _ => &mut self.message,
+        }
     }
 }

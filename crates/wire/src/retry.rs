@@ -1,8 +1,8 @@
 //! Resending a request that a pooled HTTP/1.1 connection lost: servers close idle keep-alive
 //! connections (uvicorn, and so vLLM, after 5 s), and a request written on one just as it closes
-//! gets no answer. The load client's and the gateway's connection pools both resend such a
-//! request, once, on a new connection, when [`may_resend_written`] says the server cannot have
-//! taken it.
+//! gets no answer. The connection pool ([`crate::conn::Pool`]) of the load client and the
+//! gateway resends such a request, once, on a new connection, when [`may_resend_written`] says
+//! the server cannot have taken it.
 
 use std::time::{Duration, Instant};
 
