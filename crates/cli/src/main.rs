@@ -3,6 +3,7 @@
 
 mod compare_cmd;
 mod diagnose_cmd;
+mod duration_arg;
 mod gateway_cmd;
 mod plan_cmd;
 mod report_cmd;

@@ -3,8 +3,9 @@
 //! measured ([`headroom_plan::twin::TwinLevels`]), judged and written by `headroom_sweep`, exactly
 //! as `headroom sweep` does, so `compare` and `report` read a plan's run directory as a sweep's.
 
+use crate::duration_arg::duration_arg;
 use crate::sweep_cmd::{
-    FileLog, Specs, default_run_dir, flag_window, fmt_secs, read_specs, redact_argv, seconds_arg,
+    FileLog, Specs, default_run_dir, flag_window, fmt_secs, read_specs, redact_argv,
 };
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -12,10 +13,11 @@ use headroom_core::run::{LevelResult, LoadMode, Manifest, PhaseResult, RunResult
 use headroom_core::slo::{SloFile, fmt_num, parse_ratio};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
-use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
-use headroom_sweep::search::LevelPlan;
 use headroom_load::workload::{Levels, Workload, check_level};
 use headroom_plan::twin::TwinLevels;
+use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
+use headroom_sweep::run_dir::{CALIBRATION, RunDir};
+use headroom_sweep::search::LevelPlan;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -82,12 +84,12 @@ pub struct PlanArgs {
     #[arg(long, default_value = "5%")]
     pub resolution: String,
     /// Simulated warm-up per level (default 60s).
-    #[arg(long, value_parser = seconds_arg, default_value = "60")]
-    pub warmup: f64,
+    #[arg(long, value_parser = duration_arg, default_value = "60")]
+    pub warmup: Duration,
     /// Simulated measurement window per level (default 5m, about 1,300 requests at the
     /// default workload's capacity; extended up to 4× while a percentile is undecided).
-    #[arg(long, value_parser = seconds_arg, default_value = "300")]
-    pub measure: f64,
+    #[arg(long, value_parser = duration_arg, default_value = "300")]
+    pub measure: Duration,
     /// Sweep only this phase: one class of the workload, or `mix`.
     #[arg(long, value_name = "NAME")]
     pub class: Option<String>,
@@ -262,8 +264,8 @@ fn prepare(a: &PlanArgs) -> Result<Prepared> {
                 a.resolution
             )
         })?;
-    let warmup = flag_window("--warmup", a.warmup, true)?;
-    let measure = flag_window("--measure", a.measure, false)?;
+    let warmup = flag_window("--warmup", a.warmup.as_secs_f64(), true)?;
+    let measure = flag_window("--measure", a.measure.as_secs_f64(), false)?;
     // The twin counts one token per word: the plans' words are exact token counts.
     let plans = ClassPlan::from_workload(&workload, None)?;
     let plan = match (&a.levels, &workload.spec.load.levels) {
@@ -439,20 +441,12 @@ async fn plan_one(
         (p.workload.spec.warmup, p.workload.spec.measure),
         (settings.warmup, settings.measure),
     );
-    for (name, text) in [("slo.yaml", &p.slo_text), ("workload.yaml", &workload_text)] {
-        let path = dir.join(name);
-        headroom_report::write_atomic(&path, text.as_bytes())
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    headroom_report::write_atomic(
-        &dir.join("manifest.json"),
-        &serde_json::to_vec_pretty(&manifest)?,
-    )?;
+    let run_dir = RunDir::new(dir);
+    run_dir
+        .write_inputs(&p.slo_text, &workload_text, &manifest)
+        .context("cannot write the run directory")?;
     if let Some(c) = &p.calibration {
-        headroom_report::write_atomic(
-            &dir.join("calibration.json"),
-            &serde_json::to_vec_pretty(&c.cal)?,
-        )?;
+        run_dir.write(CALIBRATION, &serde_json::to_vec_pretty(&c.cal)?)?;
     }
     let files: Arc<Mutex<FileLog>> = Arc::default();
     let on_result = {

@@ -4,7 +4,7 @@
 //! stderr. Errors name the SLO file and the field (`objectives.chat.ttft.p95`); the process then
 //! exits with status 2.
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, parse_duration_s, parse_ratio};
 use headroom_slo::promql::Matcher;
@@ -360,8 +360,8 @@ struct BudgetArgs {
     #[arg(long)]
     at: Option<f64>,
     /// Timeout of each query.
-    #[arg(long, default_value = "30s")]
-    timeout: String,
+    #[arg(long, default_value = "30s", value_parser = crate::duration_arg::duration_arg)]
+    timeout: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -585,8 +585,8 @@ pub async fn run(a: SloArgs) -> Result<i32> {
             };
             let mut notes = Vec::new();
             if let Some(dir) = &s.from {
-                let path = dir.join("results.json");
-                let text = std::fs::read_to_string(&path)
+                let path = headroom_sweep::run_dir::RunDir::new(dir).results();
+                let text = headroom_sweep::run_dir::read_text(&path)
                     .with_context(|| format!("--from: cannot read {}", path.display()))?;
                 let results: serde_json::Value = serde_json::from_str(&text)
                     .with_context(|| format!("--from: {} is not JSON", path.display()))?;
@@ -644,13 +644,10 @@ pub async fn run(a: SloArgs) -> Result<i32> {
         }
         SloCommand::Budget(b) => {
             let (slo, origin) = load_slo(b.io.slo.as_deref())?;
-            let timeout = parse_duration_s(&b.timeout)
-                .ok()
-                .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| {
-                    anyhow!("--timeout {:?}: expected a duration such as 30s", b.timeout)
-                })?;
+            if b.timeout.is_zero() {
+                bail!("--timeout 0: expected a positive duration such as 30s");
+            }
+            let timeout = b.timeout;
             let (sli, note) = b.sli.options(b.io.slo.is_none())?;
             let opts = BudgetOptions {
                 sli,

@@ -28,7 +28,7 @@ use headroom_signals::{Scraper, Selection};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use tokio::time::Instant;
 
-use crate::sweep_cmd::seconds_arg;
+use crate::duration_arg::duration_arg;
 use history::History;
 use model::{ClassView, GpuView, SourceKind, TopModel, window_label};
 
@@ -54,17 +54,17 @@ pub struct TopArgs {
     #[arg(long)]
     pub slo: Option<PathBuf>,
     /// The sliding windows `w` cycles through, the first shown first (and in plain mode).
-    #[arg(long, default_value = "1m,5m,30m", value_delimiter = ',', value_parser = seconds_arg)]
-    pub windows: Vec<f64>,
+    #[arg(long, default_value = "1m,5m,30m", value_delimiter = ',', value_parser = duration_arg)]
+    pub windows: Vec<Duration>,
     /// Seconds between refreshes (or a duration: `500ms`, `5s`).
-    #[arg(long, default_value_t = 2.0, value_parser = seconds_arg)]
-    pub interval: f64,
+    #[arg(long, default_value = "2", value_parser = duration_arg)]
+    pub interval: Duration,
     /// Longest wait for one scrape or query, seconds.
-    #[arg(long, default_value_t = 5.0, value_parser = seconds_arg)]
-    pub timeout: f64,
+    #[arg(long, default_value = "5", value_parser = duration_arg)]
+    pub timeout: Duration,
     /// Stop after this long (seconds or a duration); without it, run until q, Ctrl-C or SIGTERM.
-    #[arg(long, value_parser = seconds_arg)]
-    pub duration: Option<f64>,
+    #[arg(long, value_parser = duration_arg)]
+    pub duration: Option<Duration>,
     /// Stop after this many refreshes (the first scrape, a baseline, is not one).
     #[arg(long)]
     pub iterations: Option<u64>,
@@ -212,11 +212,12 @@ async fn prometheus_model(client: &PromClient, slo: &SloFile, window_s: f64) -> 
     Ok(m)
 }
 
-fn check_secs(flag: &str, v: f64, min: f64) -> Result<Duration> {
-    if !(v.is_finite() && v >= min && v <= 86_400.0 * 90.0) {
+fn check_secs(flag: &str, d: Duration, min: f64) -> Result<Duration> {
+    let v = d.as_secs_f64();
+    if !(v >= min && v <= 86_400.0 * 90.0) {
         bail!("{flag}: {v} s is out of range ({min} s to 90 days)");
     }
-    Ok(Duration::from_secs_f64(v))
+    Ok(d)
 }
 
 /// Runs `headroom top` until q/Esc/Ctrl-C, SIGTERM, `--duration` or `--iterations`.
@@ -237,11 +238,12 @@ pub async fn run(args: TopArgs) -> Result<i32> {
     for w in &args.windows {
         check_secs("--windows", *w, 1.0)?;
     }
+    let windows: Vec<f64> = args.windows.iter().map(Duration::as_secs_f64).collect();
     let slo = match &args.slo {
         Some(p) => SloFile::load(p).with_context(|| format!("--slo {}", p.display()))?,
         None => SloFile::parse(DEFAULT_SLO_YAML, std::path::Path::new("<built-in SLO>"))?,
     };
-    let max_window = args.windows.iter().copied().fold(0.0, f64::max);
+    let max_window = windows.iter().copied().fold(0.0, f64::max);
     let feed = match (&args.url, &args.prometheus) {
         (Some(url), _) => Feed::Scrape {
             url: url.clone(),
@@ -259,7 +261,7 @@ pub async fn run(args: TopArgs) -> Result<i32> {
     let mut top = Top {
         feed,
         slo,
-        windows: args.windows.clone(),
+        windows,
         window: 0,
         errors: Vec::new(),
     };
