@@ -58,28 +58,48 @@ pub fn line_chart(
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
-        if draw(
-            &root, title, x_label, y_label, series, threshold, x_max, y_max,
-        )
-        .is_err()
-        {
+        let chart = Chart {
+            title,
+            x_label,
+            y_label,
+            series,
+            threshold,
+            x_max,
+            y_max,
+        };
+        if draw(&root, &chart).is_err() {
             return String::new();
         }
     }
     svg
 }
 
-#[allow(clippy::too_many_arguments)]
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series<'_>],
+/// What one chart draws, its values already filtered to plottable ones.
+struct Chart<'a> {
+    title: &'a str,
+    x_label: &'a str,
+    y_label: &'a str,
+    series: &'a [Series<'a>],
+    /// The dashed `SLO` line, when there is one.
     threshold: Option<f64>,
+    /// The axes' upper ends (both start at 0).
     x_max: f64,
     y_max: f64,
+}
+
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    c: &Chart<'_>,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let Chart {
+        title,
+        x_label,
+        y_label,
+        series,
+        threshold,
+        x_max,
+        y_max,
+    } = *c;
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 16))
