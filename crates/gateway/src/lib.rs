@@ -12,7 +12,8 @@
 //! (per-class limit and wait queue), [`proxy`] (the server and forwarding, assembled in one
 //! place), [`upstream`] (upstream connections, driven in the client's task), [`body`] (the
 //! measured pass-through), [`sse`] (reading the stream for measurement), [`metrics`]
-//! (Prometheus export), [`error`] (OpenAI-shaped errors), [`drain`] (ending open streams at
+//! (Prometheus export), [`rescue`] (every answer the gateway writes itself, and how each is
+//! counted), [`error`] (OpenAI-shaped errors), [`drain`] (ending open streams at
 //! shutdown), [`listen`] (fd limit, connection cap, accept back-off).
 //!
 //! ```no_run
@@ -36,6 +37,7 @@ pub mod listen;
 pub mod metrics;
 pub mod path;
 pub mod proxy;
+pub mod rescue;
 pub mod sse;
 pub mod upstream;
 

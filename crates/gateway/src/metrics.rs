@@ -11,7 +11,11 @@
 //! | `headroom_gateway_requests_total` | counter | class, tenant, outcome | finished requests by [`GatewayOutcome`] |
 //! | `headroom_gateway_in_flight` | gauge | class | sequences holding admission slots (a request holds one per prompt × `n`) |
 //! | `headroom_gateway_queued` | gauge | class | requests waiting for one |
-//! | `headroom_gateway_invalid_requests_total` | counter | reason | requests refused before classification |
+//! | `headroom_gateway_invalid_requests_total` | counter | reason | requests refused before classification: `bad_path`, `not_found`, `unauthorized`, `body_too_large`, `body_timeout`, `body_unreadable`, `malformed_json` ([`InvalidReason`]) |
+//! | `headroom_gateway_passthrough_errors_total` | counter | outcome | requests on unmeasured routes (`/v1/models`, `/health`, …) the gateway answered itself: `upstream_error`, `timeout`, `invalid_request` |
+//!
+//! Every answer the gateway writes itself is counted in exactly one of these counters, chosen
+//! in one place ([`crate::rescue`], which has the table of statuses and counts).
 //!
 //! Outcomes, and which count against an error objective (`headroom_slo::catalogue`'s
 //! `GATEWAY_BAD_OUTCOMES`, used by `headroom slo rules --latency-source gateway`): `stop` and
@@ -67,8 +71,10 @@ pub enum GatewayOutcome {
     Rejected,
     /// The upstream refused the client's request as invalid: a 4xx other than 408 and 429 (and
     /// other than 401/403 when the gateway sets the upstream key), e.g. 400 bad parameters, 404
-    /// unknown model, 413, 422. The client's fault, not an upstream error: kept out of
-    /// `upstream_error` so clients' bad requests do not burn the error budget.
+    /// unknown model, 413, 422; or the gateway did, after classification (a request wider than
+    /// its class's whole limit, a URI it cannot forward: [`crate::rescue`]). The client's fault,
+    /// not an upstream error: kept out of `upstream_error` so clients' bad requests do not burn
+    /// the error budget.
     InvalidRequest,
 }
 
@@ -111,6 +117,9 @@ pub enum InvalidReason {
     BodyTooLarge,
     /// 408: the body did not arrive within `timeouts.body_read`.
     BodyTimeout,
+    /// 400: the body could not be read (a broken chunked encoding, a connection error while it
+    /// arrived).
+    BodyUnreadable,
     /// 401: missing or wrong API key.
     Unauthorized,
     /// 404: a path the gateway does not forward.
@@ -121,10 +130,11 @@ pub enum InvalidReason {
 
 impl InvalidReason {
     /// Every reason, in label order.
-    pub const ALL: [InvalidReason; 6] = [
+    pub const ALL: [InvalidReason; 7] = [
         InvalidReason::MalformedJson,
         InvalidReason::BodyTooLarge,
         InvalidReason::BodyTimeout,
+        InvalidReason::BodyUnreadable,
         InvalidReason::Unauthorized,
         InvalidReason::NotFound,
         InvalidReason::BadPath,
@@ -136,12 +146,21 @@ impl InvalidReason {
             InvalidReason::MalformedJson => "malformed_json",
             InvalidReason::BodyTooLarge => "body_too_large",
             InvalidReason::BodyTimeout => "body_timeout",
+            InvalidReason::BodyUnreadable => "body_unreadable",
             InvalidReason::Unauthorized => "unauthorized",
             InvalidReason::NotFound => "not_found",
             InvalidReason::BadPath => "bad_path",
         }
     }
 }
+
+/// The outcomes of `headroom_gateway_passthrough_errors_total` exported from the first scrape:
+/// those a rejection of an unmeasured request can have ([`crate::rescue`]).
+pub const PASSTHROUGH_OUTCOMES: [GatewayOutcome; 3] = [
+    GatewayOutcome::UpstreamError,
+    GatewayOutcome::Timeout,
+    GatewayOutcome::InvalidRequest,
+];
 
 /// The fixed part of every latency histogram's bounds, seconds: 0.5 ms to 5 min.
 pub const BASE_BOUNDS_S: [f64; 18] = [
@@ -319,6 +338,7 @@ pub struct Metrics {
     in_flight: Family<[(&'static str, String); 1], Gauge>,
     queued: Family<[(&'static str, String); 1], Gauge>,
     invalid: Vec<Counter>,
+    passthrough: Family<[(&'static str, String); 1], Counter>,
     classes: Vec<String>,
     tenants: Vec<String>,
     handles: Vec<OnceLock<Arc<ClassMetrics>>>,
@@ -408,6 +428,17 @@ impl Metrics {
             .iter()
             .map(|r| invalid_f.get_or_create_owned(&[("reason", r.label().to_string())]))
             .collect();
+        let passthrough = Family::<[(&'static str, String); 1], Counter>::default();
+        registry.register(
+            "headroom_gateway_passthrough_errors",
+            "Requests on unmeasured routes the gateway answered itself, by outcome",
+            passthrough.clone(),
+        );
+        // The outcomes a rejection on an unmeasured route can have (see `crate::rescue`),
+        // exported at zero from the first scrape.
+        for o in PASSTHROUGH_OUTCOMES {
+            passthrough.get_or_create_owned(&[("outcome", o.label().to_string())]);
+        }
         let mut tenants = tenants.to_vec();
         tenants.push(crate::config::OTHER_TENANT.to_string());
         let handles = (0..classes.len() * tenants.len())
@@ -425,6 +456,7 @@ impl Metrics {
             in_flight,
             queued,
             invalid,
+            passthrough,
             classes: classes.to_vec(),
             tenants,
             handles,
@@ -485,6 +517,14 @@ impl Metrics {
         if let Some(c) = self.invalid.get(r as usize) {
             c.inc();
         }
+    }
+
+    /// Counts a request on an unmeasured route that the gateway answered itself with outcome
+    /// `o`.
+    pub fn passthrough_error(&self, o: GatewayOutcome) {
+        self.passthrough
+            .get_or_create(&[("outcome", o.label().to_string())])
+            .inc();
     }
 
     /// The OpenMetrics text of every series (content type [`CONTENT_TYPE`]).

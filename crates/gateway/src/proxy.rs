@@ -15,12 +15,12 @@
 //! canonical is a 400, and upstream `Location` headers are rewritten so they never name the
 //! upstream.
 //!
-//! Status codes the gateway answers itself: 400 malformed JSON or a non-canonical path, 401 bad API key, 404 unknown
-//! path, 408 body too slow, 413 body too large, 429 queue full, 503 queue timeout, 502 upstream
-//! unreachable, 504 no response head within `first_byte` (streaming) or `total` (non-streaming). Every response carries `x-request-id`
-//! and `traceparent` (see [`crate::ids`]). Prompts and completions are never logged.
+//! Each stage that can refuse a request returns a [`Rejection`]; [`rescue`] alone counts it and
+//! writes the answer (the table of statuses and counts is in [`crate::rescue`]). Every response
+//! carries `x-request-id` and `traceparent` (see [`crate::ids`]). Prompts and completions are
+//! never logged.
 //!
-//! Every classified request is counted in exactly one `outcome`: by the handler for refusals and
+//! Every classified request is counted in exactly one `outcome`: by [`rescue`] for refusals and
 //! failures before an upstream head, by a guard if the client hangs up before that head
 //! (`client_cancel`), and from the head on by the measured body ([`crate::body`]).
 
@@ -29,14 +29,14 @@ use crate::body::{Measure, MeasuredBody, PlainBody, ProxyBody};
 use crate::classify::{RequestFacts, classify, tenant_of};
 use crate::config::{GatewayConfig, Route, Upstream, is_hop_by_hop};
 use crate::drain::Drain;
-use crate::error::error_json;
 use crate::ids;
 use crate::listen;
-use crate::metrics::{CONTENT_TYPE, ClassMetrics, GatewayOutcome, InvalidReason, Metrics};
-use crate::path::{self, Canonical};
+use crate::metrics::{CONTENT_TYPE, ClassMetrics, GatewayOutcome, Metrics};
+use crate::path::{self, Canonical, PathError};
+use crate::rescue::{Rejection, rescue};
 use crate::upstream::{Conns, UpstreamBody, UpstreamError};
 use bytes::{Bytes, BytesMut};
-use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE as CT, HeaderValue, RETRY_AFTER};
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE as CT, HeaderValue};
 use http::{HeaderName, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -173,13 +173,7 @@ impl Gateway {
                 None
             },
         };
-        let mut resp = match canon {
-            Ok(c) => self.pipeline(req, &c, accepted, &corr).await,
-            Err(e) => {
-                self.metrics.invalid(InvalidReason::BadPath);
-                error(StatusCode::BAD_REQUEST, e.message())
-            }
-        };
+        let mut resp = self.pipeline(req, canon, accepted, &corr).await;
         let h = resp.headers_mut();
         h.insert(X_REQUEST_ID, rid);
         h.insert(TRACEPARENT, tp);
@@ -189,19 +183,38 @@ impl Gateway {
     async fn pipeline(
         &self,
         req: Request<Incoming>,
-        canon: &Canonical,
+        canon: Result<Canonical, PathError>,
         accepted: Instant,
         corr: &Correlation,
     ) -> Response<ProxyBody> {
+        let mut a = match self.accept(req, canon).await {
+            Ok(a) => a,
+            // No class yet: counted by reason.
+            Err(r) => return rescue(r, &self.metrics, None),
+        };
+        match a.measured.take() {
+            Some((route, facts)) => self.measure(a, route, facts, accepted, corr).await,
+            // No class: counted in the passthrough errors.
+            None => self
+                .forward_plain(a, corr, accepted)
+                .await
+                .unwrap_or_else(|r| rescue(r, &self.metrics, None)),
+        }
+    }
+
+    /// The stages before classification: the path, the route, the API key, the body and (on a
+    /// measured route) its JSON.
+    async fn accept(
+        &self,
+        req: Request<Incoming>,
+        canon: Result<Canonical, PathError>,
+    ) -> Result<Accepted, Rejection> {
         // Every decision below is taken on the canonical path (see [`crate::path`]).
+        let canon = canon.map_err(Rejection::BadPath)?;
         let path = canon.route_path();
         let route = Route::of_path(path).filter(|_| req.method() == Method::POST);
         if route.is_none() && !passthrough_path(path) {
-            self.metrics.invalid(InvalidReason::NotFound);
-            return error(
-                StatusCode::NOT_FOUND,
-                &format!("no route {} at the gateway", path::encode(path)),
-            );
+            return Err(Rejection::NotFound(path::encode(path)));
         }
         // A measured route goes to its exact path; anything else keeps its trailing slash, so
         // the upstream's own slash handling (a redirect, rewritten below) still applies.
@@ -221,29 +234,42 @@ impl Gateway {
             && path.starts_with("/v1/")
             && !authorized(req.headers().get(AUTHORIZATION), key)
         {
-            self.metrics.invalid(InvalidReason::Unauthorized);
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "missing or invalid API key; send `Authorization: Bearer <key>`",
-            );
+            return Err(Rejection::Unauthorized);
         }
         let (parts, body) = req.into_parts();
-        let body = match self.read_body(&parts, body).await {
-            Ok(b) => b,
-            Err(r) => return r,
+        let body = self.read_body(&parts, body).await?;
+        let measured = match route {
+            Some(r) => Some((
+                r,
+                RequestFacts::from_body(&body, Some(r))
+                    .map_err(|e| Rejection::MalformedJson(e.0))?,
+            )),
+            None => None,
         };
-        let Some(route) = route else {
-            return self
-                .forward_plain(&parts, &target, body, corr, accepted)
-                .await;
-        };
-        let facts = match RequestFacts::from_body(&body, Some(route)) {
-            Ok(f) => f,
-            Err(e) => {
-                self.metrics.invalid(InvalidReason::MalformedJson);
-                return error(StatusCode::BAD_REQUEST, &e.0);
-            }
-        };
+        Ok(Accepted {
+            parts,
+            body,
+            target,
+            measured,
+        })
+    }
+
+    /// The stages from classification on: classify, admit, forward; then the measured body
+    /// owns the outcome.
+    async fn measure(
+        &self,
+        a: Accepted,
+        route: Route,
+        facts: RequestFacts,
+        accepted: Instant,
+        corr: &Correlation,
+    ) -> Response<ProxyBody> {
+        let Accepted {
+            parts,
+            body,
+            target,
+            ..
+        } = a;
         let tenant = tenant_of(
             &self.cfg,
             parts
@@ -254,37 +280,9 @@ impl Gateway {
         let class = classify(&self.cfg, route, &facts, tenant);
         let m = self.metrics.class(class, tenant);
         let mut gone = CancelGuard(Some(m.clone()));
-        let (slot, waited) = match &self.limiters[class] {
-            None => {
-                m.queue.observe(0.0);
-                (Slot::unlimited(), Duration::ZERO)
-            }
-            Some(l) => {
-                // Observed however the wait ends, a client leaving the queue included.
-                let wait = m.queue_wait();
-                match l.admit(facts.sequences).await {
-                    Ok((slot, waited)) => {
-                        wait.admitted(waited);
-                        (slot, waited)
-                    }
-                    Err(r) => {
-                        match r {
-                            Refusal::QueueTimeout { waited, .. } => wait.timed_out(waited),
-                            // Neither waited.
-                            Refusal::QueueFull { .. } | Refusal::TooWide { .. } => {
-                                wait.queue_full();
-                            }
-                        }
-                        gone.disarm();
-                        m.outcome(match r {
-                            // The client's request can never fit: its fault, not the budget's.
-                            Refusal::TooWide { .. } => GatewayOutcome::InvalidRequest,
-                            _ => GatewayOutcome::Rejected,
-                        });
-                        return refusal(r, &self.cfg.classes[class].name);
-                    }
-                }
-            }
+        let (slot, waited) = match self.admit(class, &m, facts.sequences).await {
+            Ok(s) => s,
+            Err(r) => return gone.rescue(r, &self.metrics),
         };
         let pool = &self.cfg.classes[class].pool;
         // Before dispatch: body read, parsing, classification and admission bookkeeping.
@@ -295,11 +293,9 @@ impl Gateway {
             .await
         {
             Ok(r) => r,
-            Err((o, r)) => {
-                gone.disarm();
-                m.outcome(o);
-                return r;
-            }
+            // The slot is freed after the count (on return), so a scrape that sees it free
+            // sees the outcome too.
+            Err(r) => return gone.rescue(r, &self.metrics),
         };
         // From here the measured body owns the outcome.
         gone.disarm();
@@ -329,56 +325,69 @@ impl Gateway {
         Response::from_parts(rparts, ProxyBody::Measured(Box::new(body)))
     }
 
+    /// Takes `sequences` admission slots of `class` (none for a class without a limit);
+    /// returns the slot and the time queued. The wait is observed in `m.queue` however it ends.
+    async fn admit(
+        &self,
+        class: usize,
+        m: &Arc<ClassMetrics>,
+        sequences: u64,
+    ) -> Result<(Slot, Duration), Rejection> {
+        let Some(l) = &self.limiters[class] else {
+            m.queue.observe(0.0);
+            return Ok((Slot::unlimited(), Duration::ZERO));
+        };
+        // Observed however the wait ends, a client leaving the queue included.
+        let wait = m.queue_wait();
+        match l.admit(sequences).await {
+            Ok((slot, waited)) => {
+                wait.admitted(waited);
+                Ok((slot, waited))
+            }
+            Err(r) => {
+                match r {
+                    Refusal::QueueTimeout { waited, .. } => wait.timed_out(waited),
+                    // Neither waited.
+                    Refusal::QueueFull { .. } | Refusal::TooWide { .. } => wait.queue_full(),
+                }
+                Err(Rejection::refused(r, &self.cfg.classes[class].name))
+            }
+        }
+    }
+
     /// Reads the whole request body within `max_body_bytes` and `timeouts.body_read`.
     async fn read_body(
         &self,
         parts: &http::request::Parts,
         mut body: Incoming,
-    ) -> Result<Bytes, Response<ProxyBody>> {
+    ) -> Result<Bytes, Rejection> {
         let limit = self.cfg.max_body_bytes;
-        let too_large = || {
-            self.metrics.invalid(InvalidReason::BodyTooLarge);
-            error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!("the request body is larger than the gateway's limit of {limit} bytes"),
-            )
-        };
+        let too_large = Rejection::BodyTooLarge { limit };
         if let Some(n) = parts
             .headers
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
             && n > limit as u64
         {
-            return Err(too_large());
+            return Err(too_large);
         }
         let read = async {
             let mut buf = BytesMut::new();
             while let Some(f) = body.frame().await {
-                let f = f.map_err(|e| format!("the request body could not be read: {e}"))?;
+                let f = f.map_err(|e| Rejection::BodyUnreadable(e.to_string()))?;
                 if let Some(d) = f.data_ref() {
                     if buf.len() + d.len() > limit {
-                        return Ok(None);
+                        return Err(too_large);
                     }
                     buf.extend_from_slice(d);
                 }
             }
-            Ok::<_, String>(Some(buf.freeze()))
+            Ok(buf.freeze())
         };
-        match tokio::time::timeout(self.cfg.timeouts.body_read, read).await {
-            Ok(Ok(Some(b))) => Ok(b),
-            Ok(Ok(None)) => Err(too_large()),
-            Ok(Err(m)) => Err(error(StatusCode::BAD_REQUEST, &m)),
-            Err(_) => {
-                self.metrics.invalid(InvalidReason::BodyTimeout);
-                Err(error(
-                    StatusCode::REQUEST_TIMEOUT,
-                    &format!(
-                        "the request body did not arrive within {:.3} s",
-                        self.cfg.timeouts.body_read.as_secs_f64()
-                    ),
-                ))
-            }
-        }
+        let within = self.cfg.timeouts.body_read;
+        tokio::time::timeout(within, read)
+            .await
+            .unwrap_or(Err(Rejection::BodyTimeout { within }))
     }
 
     /// The request for `up`, in origin form (the connection sets `Host`); `pq` is the
@@ -437,15 +446,11 @@ impl Gateway {
         body: Bytes,
         corr: &Correlation,
         head_within: Duration,
-    ) -> Result<Response<UpstreamBody>, (GatewayOutcome, Response<ProxyBody>)> {
+    ) -> Result<Response<UpstreamBody>, Rejection> {
         let Some(p) = self.pools.get(pool) else {
-            return Err((
-                GatewayOutcome::UpstreamError,
-                error(
-                    StatusCode::BAD_GATEWAY,
-                    &format!("no upstream pool `{pool}`"),
-                ),
-            ));
+            return Err(Rejection::NoPool {
+                pool: pool.to_string(),
+            });
         };
         let n = p.members.len();
         let start = p.next.fetch_add(1, Ordering::Relaxed);
@@ -464,13 +469,7 @@ impl Gateway {
                 }
             };
             let Some(req) = self.upstream_request(up, parts, target, body.clone(), corr) else {
-                return Err((
-                    GatewayOutcome::InvalidRequest,
-                    error(
-                        StatusCode::BAD_REQUEST,
-                        "the request URI cannot be forwarded",
-                    ),
-                ));
+                return Err(Rejection::Unforwardable);
             };
             match tokio::time::timeout(head_within, conns.request(req)).await {
                 Ok(Ok(mut r)) => {
@@ -481,35 +480,20 @@ impl Gateway {
                     reasons.push(format!("{who}: {e}"));
                 }
                 Ok(Err(UpstreamError::Transport(e))) => {
-                    return Err((
-                        GatewayOutcome::UpstreamError,
-                        error(StatusCode::BAD_GATEWAY, &format!("{who} failed: {e}")),
-                    ));
+                    return Err(Rejection::UpstreamFailed { who, error: e });
                 }
                 Err(_) => {
-                    return Err((
-                        GatewayOutcome::Timeout,
-                        error(
-                            StatusCode::GATEWAY_TIMEOUT,
-                            &format!(
-                                "{who} sent no response head within {:.3} s",
-                                head_within.as_secs_f64()
-                            ),
-                        ),
-                    ));
+                    return Err(Rejection::HeadTimeout {
+                        who,
+                        within: head_within,
+                    });
                 }
             }
         }
-        Err((
-            GatewayOutcome::UpstreamError,
-            error(
-                StatusCode::BAD_GATEWAY,
-                &format!(
-                    "no upstream of pool `{pool}` could be reached: {}",
-                    reasons.join("; ")
-                ),
-            ),
-        ))
+        Err(Rejection::Unreachable {
+            pool: pool.to_string(),
+            reasons,
+        })
     }
 
     /// Forwards an unmeasured request (models, health, …) and passes the answer through,
@@ -517,39 +501,32 @@ impl Gateway {
     /// streaming head deadline.
     async fn forward_plain(
         &self,
-        parts: &http::request::Parts,
-        target: &str,
-        body: Bytes,
+        a: Accepted,
         corr: &Correlation,
         accepted: Instant,
-    ) -> Response<ProxyBody> {
-        let stream = parts.method == Method::GET
-            || RequestFacts::from_body(&body, None).is_ok_and(|f| f.stream);
+    ) -> Result<Response<ProxyBody>, Rejection> {
+        let stream = a.parts.method == Method::GET
+            || RequestFacts::from_body(&a.body, None).is_ok_and(|f| f.stream);
         let head_within = self.head_within(stream, accepted);
-        match self
+        let r = self
             .forward(
                 crate::config::DEFAULT_POOL,
-                parts,
-                target,
-                body,
+                &a.parts,
+                &a.target,
+                a.body,
                 corr,
                 head_within,
             )
-            .await
-        {
-            Ok(r) => {
-                let (mut p, b) = r.into_parts();
-                strip_hop_by_hop(&mut p.headers, false);
-                let b = PlainBody::new(
-                    b,
-                    accepted + self.cfg.timeouts.total,
-                    self.cfg.timeouts.idle,
-                    self.drain.watch(),
-                );
-                Response::from_parts(p, ProxyBody::Plain(Box::new(b)))
-            }
-            Err((_, r)) => r,
-        }
+            .await?;
+        let (mut p, b) = r.into_parts();
+        strip_hop_by_hop(&mut p.headers, false);
+        let b = PlainBody::new(
+            b,
+            accepted + self.cfg.timeouts.total,
+            self.cfg.timeouts.idle,
+            self.drain.watch(),
+        );
+        Ok(Response::from_parts(p, ProxyBody::Plain(Box::new(b))))
     }
 }
 
@@ -564,6 +541,12 @@ impl CancelGuard {
     /// The request's outcome is counted elsewhere from now on.
     fn disarm(&mut self) {
         self.0 = None;
+    }
+
+    /// Counts and answers a rejection in the guard's class instead of `client_cancel`.
+    fn rescue(&mut self, r: Rejection, metrics: &Metrics) -> Response<ProxyBody> {
+        let m = self.0.take();
+        rescue(r, metrics, m.as_deref())
     }
 }
 
@@ -601,6 +584,18 @@ pub fn status_outcome(status: StatusCode, gateway_sets_auth: bool) -> Option<Gat
     } else {
         GatewayOutcome::UpstreamError
     })
+}
+
+/// A request past [`Gateway::accept`].
+#[derive(Debug)]
+struct Accepted {
+    parts: http::request::Parts,
+    body: Bytes,
+    /// Path and query to send upstream.
+    target: String,
+    /// The measured route and what its body says; `None` on an unmeasured route (and once
+    /// taken).
+    measured: Option<(Route, RequestFacts)>,
 }
 
 #[derive(Debug)]
@@ -690,48 +685,6 @@ fn conns_for(base: &str, connect_timeout: Duration) -> Result<Arc<Conns>, String
         .authority()
         .ok_or_else(|| format!("upstream base URL `{base}` has no host"))?;
     Conns::new(authority.as_str(), connect_timeout).map(Arc::new)
-}
-
-/// A gateway-written error response in the OpenAI shape.
-pub fn error(status: StatusCode, message: &str) -> Response<ProxyBody> {
-    let mut r = Response::new(ProxyBody::full(error_json(status, message)));
-    *r.status_mut() = status;
-    r.headers_mut()
-        .insert(CT, HeaderValue::from_static("application/json"));
-    r
-}
-
-fn refusal(r: Refusal, class: &str) -> Response<ProxyBody> {
-    let (status, secs, msg) = match r {
-        Refusal::TooWide { limit, sequences } => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!(
-                    "the request runs {sequences} sequences (prompts × n); class `{class}` admits at most {limit} at once: send fewer prompts or a smaller n per request"
-                ),
-            );
-        }
-        Refusal::QueueFull { retry_after_s } => (
-            StatusCode::TOO_MANY_REQUESTS,
-            retry_after_s,
-            format!("class `{class}` is at its concurrency limit and its wait queue is full"),
-        ),
-        Refusal::QueueTimeout {
-            retry_after_s,
-            waited,
-        } => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            retry_after_s,
-            format!(
-                "class `{class}` had no free slot within {:.3} s",
-                waited.as_secs_f64()
-            ),
-        ),
-    };
-    let mut resp = error(status, &msg);
-    resp.headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from(secs));
-    resp
 }
 
 /// A running gateway.

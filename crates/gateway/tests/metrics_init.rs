@@ -119,9 +119,10 @@ async fn a_fresh_gateway_exports_every_class_at_zero_before_any_request() {
     // same = 10, 16, 18, 20, 22, 25, 30, 40, of which 10 and 25 are fixed → 24; ITL, TPOT and
     // queue 18; overhead 13. A histogram of B bounds prints B + 1 buckets, _sum and _count:
     // 29 + 21 + 21 + 27 + 21 + 16 = 135, plus 7 outcome counters = 142 per class, × 3 classes =
-    // 426; plus 6 invalid-request reasons and in_flight + queued of the one limited class = 434.
+    // 426; plus 7 invalid-request reasons, 3 passthrough-error outcomes (upstream_error,
+    // timeout, invalid_request) and in_flight + queued of the one limited class = 438.
     let n = samples(&text).len();
-    assert_eq!(n, 434, "{text}");
+    assert_eq!(n, 438, "{text}");
     let per_family = |f: &str| {
         samples(&text)
             .iter()
