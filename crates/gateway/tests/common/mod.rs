@@ -37,18 +37,24 @@ pub async fn twin(time_scale: f64, faults: Faults, name: Option<&str>) -> Server
 
 /// A gateway from `yaml` (its `upstreams:` may be empty) with `upstreams` added.
 pub async fn gateway(yaml: &str, upstreams: &[String], slo: Option<&str>) -> GatewayHandle {
+    start(config(yaml, upstreams, slo))
+        .await
+        .expect("gateway starts")
+}
+
+/// The resolved configuration [`gateway`] starts from, listening on `127.0.0.1:0`.
+pub fn config(yaml: &str, upstreams: &[String], slo: Option<&str>) -> GatewayConfig {
     let file = GatewayFile::parse(yaml, Path::new("gateway.yaml")).expect("gateway.yaml parses");
     let slo = slo
         .map(|s| headroom_core::SloFile::parse(s, Path::new("slo.yaml")).expect("slo.yaml parses"));
-    let cfg = GatewayConfig::resolve(
+    GatewayConfig::resolve(
         "127.0.0.1:0".parse().unwrap(),
         upstreams,
         file,
         "gateway.yaml",
         slo,
     )
-    .expect("gateway config resolves");
-    start(cfg).await.expect("gateway starts")
+    .expect("gateway config resolves")
 }
 
 /// `http://<addr>`.
