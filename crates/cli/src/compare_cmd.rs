@@ -2,9 +2,10 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use headroom_sweep::compare::{Gate, RunDir, compare, parse_latency_allowances, render_text};
+use headroom_sweep::compare::{Gate, compare, parse_latency_allowances, render_text};
 use headroom_sweep::compare_budget::{BudgetGate, BudgetObjective, apply_budget};
 use headroom_sweep::compare_html::render_html;
+use headroom_sweep::run_dir::Run;
 use std::path::PathBuf;
 
 /// Arguments of `headroom compare`.
@@ -101,8 +102,8 @@ pub async fn run(a: CompareArgs) -> Result<i32> {
             a.baseline.display()
         );
     }
-    let base = RunDir::open(&a.baseline)?;
-    let cand = RunDir::open(&a.candidate)?;
+    let base = Run::open(&a.baseline)?;
+    let cand = Run::open(&a.candidate)?;
     let gate = Gate {
         max_capacity_drop,
         max_latency_increase,

@@ -18,7 +18,6 @@ use headroom_core::Verdict;
 use headroom_core::run::redact_url;
 use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, SloSpec, parse_duration_s};
 use headroom_diagnose::{Origin, PrefixPlan, Setting};
-use headroom_sweep::controller::{Phase, phase_spec, rejudge_level};
 use headroom_report::diagnosis::{self, Diagnosis, DiagnosisSource};
 use headroom_signals::adapter::{Instance, instances};
 use headroom_signals::promql::{
@@ -29,6 +28,8 @@ use headroom_signals::{Scrape, Selection, Signal, Window, WindowError, WindowOpt
 use headroom_slo::catalogue::{
     GATEWAY_BAD_OUTCOMES, GATEWAY_CLASS_LABEL, GATEWAY_NOT_SERVICE_OUTCOMES, GATEWAY_REQUESTS,
 };
+use headroom_sweep::controller::{Phase, phase_spec, rejudge_level};
+use headroom_sweep::run_dir::{RunDir, histogram_name, read_recording, read_text, read_workload};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -472,26 +473,14 @@ fn gateway_classes_to_judge(gw: &BTreeMap<String, Window>, class: &str) -> Resul
 /// # Errors
 /// The first link found, named, or an unreadable folder.
 fn refuse_links(run_dir: &Path) -> Result<()> {
-    let mut dirs = vec![run_dir.to_path_buf()];
-    for sub in ["scrapes", "histograms"] {
-        dirs.push(run_dir.join(sub));
-    }
-    for (i, dir) in dirs.iter().enumerate() {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(e) => e,
-            Err(e) if i > 0 && e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => bail!("{}: cannot read the folder: {e}", dir.display()),
-        };
-        for entry in entries {
-            let entry =
-                entry.with_context(|| format!("{}: cannot read the folder", dir.display()))?;
-            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
-                bail!(
-                    "{}: a symbolic link in a run directory; a sweep writes none, so it is not read (copy the file in if it belongs there)",
-                    entry.path().display()
-                );
-            }
-        }
+    let found = RunDir::new(run_dir)
+        .find_link()
+        .with_context(|| format!("{}: cannot read the folder", run_dir.display()))?;
+    if let Some(link) = found {
+        bail!(
+            "{}: a symbolic link in a run directory; a sweep writes none, so it is not read (copy the file in if it belongs there)",
+            link.display()
+        );
     }
     Ok(())
 }
@@ -503,11 +492,11 @@ fn refuse_links(run_dir: &Path) -> Result<()> {
 /// A `results.json` that exists but cannot be read or is not JSON, named: judging with other
 /// evidence while the run's own record is corrupt would hide that.
 fn read_results(run_dir: &Path) -> Result<Option<serde_json::Value>> {
-    let p = run_dir.join("results.json");
-    let text = match std::fs::read_to_string(&p) {
+    let p = RunDir::new(run_dir).results();
+    let text = match read_text(&p) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => bail!("{}: cannot read it: {e}", p.display()),
+        Err(e) if e.missing => return Ok(None),
+        Err(e) => bail!("{}: cannot read it: {}", p.display(), e.message),
     };
     // serde_json's message names line and column, never the input.
     serde_json::from_str(&text).map(Some).map_err(|e| {
@@ -516,22 +505,6 @@ fn read_results(run_dir: &Path) -> Result<Option<serde_json::Value>> {
             p.display()
         )
     })
-}
-
-/// Files `results.json` lists (each level's histograms and scrapes) that the run directory
-/// lacks, relative to it: the sweep stopped before writing them (a full disk) or they were
-/// removed.
-fn missing_listed_files(run_dir: &Path, run: &headroom_core::run::RunResult) -> Vec<String> {
-    let mut out = Vec::new();
-    for l in run.phases.iter().flat_map(|p| &p.levels) {
-        let scrapes = l.server.iter().flat_map(|s| &s.scrapes);
-        for f in std::iter::once(&l.histograms).chain(scrapes) {
-            if !f.is_empty() && !run_dir.join(f).is_file() && !out.contains(f) {
-                out.push(f.clone());
-            }
-        }
-    }
-    out
 }
 
 /// Start of every level's measurement window (`started_unix_s` in the run's `results.json`),
@@ -638,26 +611,18 @@ impl SweptRun {
                 return Ok(None);
             }
         };
-        for f in missing_listed_files(run_dir, &run) {
+        // The sweep stopped before writing them (a full disk), or they were removed.
+        for f in RunDir::new(run_dir).missing_cited(&run) {
             eprintln!(
                 "warning: {}: results.json lists {f}, which is missing (the sweep could not write it, or it was removed)",
                 run_dir.display()
             );
         }
-        let wl = run_dir.join("workload.yaml");
-        let workload = match std::fs::read_to_string(&wl) {
-            Ok(t) => match headroom_load::workload::Workload::parse(&t, &wl, run_dir) {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    eprintln!("warning: {e}; the workload's hints are left out");
-                    None
-                }
-            },
+        let wl = RunDir::new(run_dir).workload();
+        let workload = match read_workload(&RunDir::new(run_dir)) {
+            Ok(w) => Some(w),
             Err(e) => {
-                eprintln!(
-                    "warning: {}: cannot read it ({e}); the workload's hints are left out",
-                    wl.display()
-                );
+                eprintln!("warning: {e}; the workload's hints are left out");
                 None
             }
         };
@@ -692,9 +657,10 @@ impl SweptRun {
         scrapes: &Loaded,
     ) -> Option<Rejudged> {
         let phase = self.phases.as_ref()?.iter().find(|p| p.name == sl.phase)?;
-        let path = run_dir.join(&sl.level.histograms);
-        let rec = match headroom_load::recorder::LevelRecording::load(&path) {
-            Ok(r) => r,
+        let rec = match read_recording(&RunDir::new(run_dir), &sl.level) {
+            Ok(Some(r)) => r,
+            // Found by its histogram file's name (`level`): it cites one.
+            Ok(None) => return None,
             Err(e) => {
                 eprintln!(
                     "warning: {e}; the level is judged as results.json records it, not again from the client's histograms"
@@ -729,13 +695,13 @@ impl SweptRun {
         })
     }
 
-    /// The level whose histogram file is `histograms/L{index:03}.json`, with its phase.
+    /// The level whose histogram file is level `index`'s ([`histogram_name`]), with its phase.
     fn level(&self, index: u32) -> Option<SweptLevel> {
-        let want = format!("L{index:03}.json");
+        let want = histogram_name(index);
         let (phase, level) = self.run.phases.iter().find_map(|p| {
             p.levels
                 .iter()
-                .find(|l| l.histograms.rsplit('/').next() == Some(want.as_str()))
+                .find(|l| l.histograms == want)
                 .map(|l| (p, l.clone()))
         })?;
         // Mean over the phase's classes by weight of `f(class)`; a class the workload does not
@@ -963,7 +929,7 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
     // A run directory's own SLO (the sweep writes it as RUN_DIR/slo.yaml) unless --slo is given.
     let run_slo = match (&a.slo, a.from.as_slice()) {
         (None, [one]) if Path::new(one).is_dir() => {
-            let p = Path::new(one).join("slo.yaml");
+            let p = RunDir::new(one).slo();
             p.is_file().then(|| {
                 eprintln!(
                     "headroom diagnose: judging against the run's SLO, {}",

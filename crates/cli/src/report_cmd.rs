@@ -1,9 +1,9 @@
 //! `headroom report RUN_DIR`: a run directory's reports rendered again from its results.json.
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::Args;
-use headroom_core::run::RunResult;
 use headroom_report::remote_write;
+use headroom_sweep::run_dir::RunDir;
 use std::path::PathBuf;
 
 /// Arguments of `headroom report`.
@@ -23,27 +23,14 @@ pub struct ReportArgs {
 /// series. Exit 0; bad input or a push that did not land is an error (exit 2).
 pub async fn run(a: ReportArgs) -> Result<i32> {
     let push = crate::sweep_cmd::push_client(a.push_to.as_deref())?;
-    let path = a.run_dir.join("results.json");
-    let meta = std::fs::symlink_metadata(&path).with_context(|| {
-        format!(
-            "{}: cannot read (is this a sweep's run directory?)",
-            path.display()
-        )
+    // Bounded: not a link, a FIFO or device (which would block or never end), nor a giant.
+    let run = RunDir::new(&a.run_dir).read_results().map_err(|e| {
+        if e.missing {
+            anyhow::anyhow!("{e} (is this a sweep's run directory?)")
+        } else {
+            e.into()
+        }
     })?;
-    if meta.file_type().is_symlink() {
-        bail!("{}: a symbolic link; refusing to follow it", path.display());
-    }
-    // Not a FIFO or device (which would block or never end), nor a planted giant.
-    if !meta.is_file() || meta.len() > 256 << 20 {
-        bail!(
-            "{}: not a regular file of at most 256 MiB; refusing to read it",
-            path.display()
-        );
-    }
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("{}: cannot read", path.display()))?;
-    let run: RunResult = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a sweep's results", path.display()))?;
     let written = headroom_report::rerender_run_files(&a.run_dir, &run)
         .map_err(|(f, e)| anyhow::anyhow!("{}: cannot write {f}: {e}", a.run_dir.display()))?;
     println!("{}", headroom_report::terminal::render(&run));

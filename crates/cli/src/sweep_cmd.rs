@@ -10,12 +10,13 @@ use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, parse_ratio};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::{ClassPlan, PromptTokenizer};
 use headroom_load::runner::probe;
-use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
-use headroom_sweep::search::LevelPlan;
 use headroom_load::workload::{
     DEFAULT_WORKLOAD_YAML, Levels, Workload, check_level, window_from_secs,
 };
 use headroom_report::remote_write::{self, Pusher, RemoteWriteClient};
+use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
+use headroom_sweep::run_dir::RunDir;
+use headroom_sweep::search::LevelPlan;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -634,15 +635,9 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         (workload.spec.warmup, workload.spec.measure),
         (warmup, measure),
     );
-    for (name, text) in [("slo.yaml", &slo_text), ("workload.yaml", &workload_text)] {
-        let path = run_dir.join(name);
-        headroom_report::write_atomic(&path, text.as_bytes())
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    headroom_report::write_atomic(
-        &run_dir.join("manifest.json"),
-        &serde_json::to_vec_pretty(&manifest)?,
-    )?;
+    RunDir::new(&run_dir)
+        .write_inputs(&slo_text, &workload_text, &manifest)
+        .context("cannot write the run directory")?;
 
     let cancel = CancellationFlag::new();
     {

@@ -1,6 +1,6 @@
 //! Headroom's shared vocabulary: no network I/O, no clock — except the one file write every
-//! run-directory writer shares ([`atomic`]) and the open-file limit the client and the gateway
-//! both raise ([`fd_limit`]).
+//! run-directory writer shares ([`atomic`]), the run directory's layout and its bounded reads
+//! ([`run_dir`]), and the open-file limit the client and the gateway both raise ([`fd_limit`]).
 //!
 //! What lives here: the definitions the field disagrees on (TTFT, ITL, TPOT, E2E, and which
 //! stream chunk counts as generated text; see [`signal`]), request outcomes ([`outcome`]), the
@@ -12,6 +12,7 @@ pub mod atomic;
 pub mod fd_limit;
 pub mod outcome;
 pub mod run;
+pub mod run_dir;
 pub mod signal;
 pub mod slo;
 pub mod stats;

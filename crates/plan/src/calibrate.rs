@@ -24,11 +24,12 @@ use headroom_core::run::{LevelResult, RunResult};
 use headroom_load::arrivals::LevelMode;
 use headroom_load::prompt::ClassPlan;
 use headroom_load::runner::RunOptions;
-use headroom_sweep::controller::{LevelMeasurer, LevelRequest, Phase, phases};
 use headroom_load::workload::{LoadSpec, Workload};
 use headroom_signals::{Signal, Window, WindowOptions};
 use headroom_sim::EngineConfig;
 use headroom_sim::engine::GpuPreset;
+use headroom_sweep::controller::{LevelMeasurer, LevelRequest, Phase, phases};
+use headroom_sweep::run_dir::{self, RunDir};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -242,9 +243,9 @@ pub struct RunData {
 }
 
 fn read(path: &Path) -> Result<String, CalibrationError> {
-    std::fs::read_to_string(path).map_err(|e| CalibrationError::Read {
+    run_dir::read_text(path).map_err(|e| CalibrationError::Read {
         path: path.display().to_string(),
-        message: e.to_string(),
+        message: e.message,
     })
 }
 
@@ -285,14 +286,15 @@ pub fn read_run(dir: &Path) -> Result<RunData, CalibrationError> {
         path: p.display().to_string(),
         message: m,
     };
-    let rp = dir.join("results.json");
+    let layout = RunDir::new(dir);
+    let rp = layout.results();
     let run: RunResult = serde_json::from_str(&read(&rp)?)
         .map_err(|e| bad(&rp, format!("not a results.json: {e}")))?;
-    let wp = dir.join("workload.yaml");
+    let wp = layout.workload();
     let workload = Workload::parse(&read(&wp)?, &wp, dir).map_err(|e| bad(&wp, e.to_string()))?;
     let plans = ClassPlan::from_workload(&workload, None).map_err(|e| bad(&wp, e.to_string()))?;
-    let mp = dir.join("manifest.json");
-    let manifest: serde_json::Value = match std::fs::read_to_string(&mp) {
+    let mp = layout.manifest();
+    let manifest: serde_json::Value = match run_dir::read_text(&mp) {
         Ok(t) => serde_json::from_str(&t).map_err(|e| bad(&mp, e.to_string()))?,
         Err(_) => serde_json::Value::Null,
     };

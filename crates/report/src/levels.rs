@@ -120,10 +120,8 @@ pub fn server_span_s(l: &LevelResult) -> Option<f64> {
         .scrapes
         .iter()
         .filter_map(|f| {
-            let name = f.rsplit('/').next()?;
-            let (kind, at) = name.strip_suffix(".prom")?.rsplit_once('@')?;
-            kind.ends_with("-engine").then_some(())?;
-            at.parse::<f64>().ok().filter(|t| t.is_finite())
+            let n = headroom_core::run_dir::parse_scrape_file_name(f.rsplit('/').next()?)?;
+            (n.kind == "engine").then_some(n.at_unix_s)
         })
         .collect();
     let start = times.iter().copied().min_by(|a, b| {

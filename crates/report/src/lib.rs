@@ -13,11 +13,12 @@ pub mod remote_write;
 pub mod terminal;
 
 use headroom_core::run::RunResult;
+use headroom_core::run_dir::{LEVELS_CSV, REPORT_MD, RESULTS, RunDir};
 use std::path::Path;
 
 /// The files of a run directory that [`write_run_files`] writes, in the order written:
 /// `results.json` first (the small, complete record), the renderings after it.
-pub const RUN_FILES: [&str; 4] = ["results.json", "levels.csv", "report.md", "report.html"];
+pub use headroom_core::run_dir::RUN_FILES;
 
 /// A write of the run files that stopped part-way.
 #[derive(Debug)]
@@ -59,21 +60,20 @@ impl std::error::Error for RunFilesError {
 /// # Errors
 /// [`RunFilesError`]: what was written before the failure, the file and the I/O error.
 pub fn write_run_files(dir: &Path, run: &RunResult) -> Result<Vec<&'static str>, RunFilesError> {
+    let dir = RunDir::new(dir);
     let mut written = Vec::new();
     for name in RUN_FILES {
         let bytes = match name {
-            "results.json" => serde_json::to_vec_pretty(run).map_err(std::io::Error::other),
-            "levels.csv" => Ok(csv::render(run).into_bytes()),
-            "report.md" => Ok(markdown::render(run).into_bytes()),
-            _ => Ok(html::render(run).into_bytes()),
+            RESULTS => serde_json::to_vec_pretty(run).map_err(std::io::Error::other),
+            _ => Ok(render(name, run).into_bytes()),
         };
-        if let Err(source) = bytes.and_then(|b| write_atomic(&dir.join(name), &b)) {
+        if let Err(source) = bytes.and_then(|b| dir.write(name, &b)) {
             let stale = RUN_FILES
                 .iter()
                 .skip(written.len())
-                .skip_while(|f| **f == "results.json");
+                .skip_while(|f| **f == RESULTS);
             let removed = stale
-                .filter(|f| std::fs::remove_file(dir.join(f)).is_ok())
+                .filter(|f| std::fs::remove_file(dir.file(f)).is_ok())
                 .copied()
                 .collect();
             return Err(RunFilesError {
@@ -106,17 +106,23 @@ pub fn rerender_run_files(
             p.capacity_band = Some(p.capacity_band());
         }
     }
+    let dir = RunDir::new(dir);
     let mut written = Vec::new();
-    for name in RUN_FILES.iter().copied().filter(|f| *f != "results.json") {
-        let bytes = match name {
-            "levels.csv" => csv::render(&run),
-            "report.md" => markdown::render(&run),
-            _ => html::render(&run),
-        };
-        write_atomic(&dir.join(name), bytes.as_bytes()).map_err(|e| (name, e))?;
+    for name in RUN_FILES.iter().copied().filter(|f| *f != RESULTS) {
+        dir.write(name, render(name, &run).as_bytes())
+            .map_err(|e| (name, e))?;
         written.push(name);
     }
     Ok(written)
+}
+
+/// The rendering of `run` that `name`, one of the derived [`RUN_FILES`], holds.
+fn render(name: &str, run: &RunResult) -> String {
+    match name {
+        LEVELS_CSV => csv::render(run),
+        REPORT_MD => markdown::render(run),
+        _ => html::render(run),
+    }
 }
 
 pub use headroom_core::atomic::write_atomic;

@@ -265,8 +265,7 @@ fn is_cut_short(l: &LevelResult) -> bool {
 /// A level's index in the run (the `N` of `scrapes/LNNN-…` and `histograms/LNNN.json`), from
 /// its histogram file name; `None` when the name is not in that form.
 pub(crate) fn level_index(l: &LevelResult) -> Option<u32> {
-    let name = l.histograms.rsplit('/').next()?;
-    name.strip_prefix('L')?.strip_suffix(".json")?.parse().ok()
+    headroom_core::run_dir::histogram_index(&l.histograms)
 }
 
 /// `s` as an inline code span outside a table, where a backslash would print: a run of

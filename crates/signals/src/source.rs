@@ -12,7 +12,7 @@
 //! # Run directory layout (`--from RUN_DIR`)
 //!
 //! A sweep stores every scrape verbatim under `RUN_DIR/scrapes/`, one file per scrape, named by
-//! [`scrape_file_name`]:
+//! [`scrape_file_name`] (the names are [`headroom_core::run_dir`]'s):
 //!
 //! ```text
 //! scrapes/L{level:03}-{seq:04}-{kind}@{unix_seconds}.prom
@@ -33,6 +33,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use crate::adapter::dcgm_snapshot;
 use crate::scrape::{Scrape, ScrapeError, Scraper};
+use headroom_core::run_dir::{self as layout, RunDir};
 
 /// Which endpoint a scrape came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -110,25 +111,20 @@ pub struct Loaded {
 }
 
 /// The file name of a scrape in a run directory (see the module docs for the layout):
-/// `L{level:03}-{seq:04}-{kind}@{at_unix_s:.3}.prom`.
+/// `L{level:03}-{seq:04}-{kind}@{at_unix_s:.3}.prom` ([`layout::scrape_file_name`]).
 pub fn scrape_file_name(level: u32, seq: u32, kind: ScrapeKind, at_unix_s: f64) -> String {
-    format!("L{level:03}-{seq:04}-{}@{at_unix_s:.3}.prom", kind.as_str())
+    layout::scrape_file_name(level, seq, kind.as_str(), at_unix_s)
 }
 
 /// Parses a name written by [`scrape_file_name`] into `(level, seq, kind, at_unix_s)`.
 pub fn parse_scrape_file_name(name: &str) -> Option<(u32, u32, ScrapeKind, f64)> {
-    let stem = name.strip_suffix(".prom")?;
-    let (head, at) = stem.split_once('@')?;
-    let at: f64 = at.parse().ok()?;
-    let mut parts = head.splitn(3, '-');
-    let level = parts.next()?.strip_prefix('L')?.parse().ok()?;
-    let seq = parts.next()?.parse().ok()?;
-    let kind = match parts.next()? {
+    let n = layout::parse_scrape_file_name(name)?;
+    let kind = match n.kind {
         "engine" => ScrapeKind::Engine,
         "dcgm" => ScrapeKind::Dcgm,
         _ => return None,
     };
-    at.is_finite().then_some((level, seq, kind, at))
+    Some((n.level, n.seq, kind, n.at_unix_s))
 }
 
 /// Writes a scrape's body verbatim into `run_dir/scrapes/` under [`scrape_file_name`], creating
@@ -144,12 +140,10 @@ pub fn write_scrape(
     kind: ScrapeKind,
     scrape: &Scrape,
 ) -> std::io::Result<String> {
-    let dir = run_dir.join("scrapes");
+    let name = layout::scrape_name(&scrape_file_name(level, seq, kind, scrape.at_unix_s));
     // Link-safe and atomic: a run directory may sit in a shared folder.
-    headroom_core::atomic::create_dir_nofollow(&dir)?;
-    let name = scrape_file_name(level, seq, kind, scrape.at_unix_s);
-    headroom_core::atomic::write_atomic(&dir.join(&name), scrape.body.as_bytes())?;
-    Ok(format!("scrapes/{name}"))
+    RunDir::new(run_dir).write(&name, scrape.body.as_bytes())?;
+    Ok(name)
 }
 
 /// Splits `path@unix_seconds` into the path and the explicit time. An `@` followed by something
@@ -270,7 +264,7 @@ pub fn load_files(args: &[String]) -> Result<Loaded, SourceError> {
 ///
 /// Errors: no `scrapes/` folder, or no file in the layout.
 pub fn load_run_dir(run_dir: &Path) -> Result<BTreeMap<u32, Loaded>, SourceError> {
-    let dir = run_dir.join("scrapes");
+    let dir = RunDir::new(run_dir).scrapes();
     let shown = run_dir.display().to_string();
     let entries = std::fs::read_dir(&dir).map_err(|e| SourceError::RunDir {
         path: shown.clone(),

@@ -28,13 +28,14 @@
 //! The server's figures of each common level are set side by side, largest relative change
 //! first, so a regression names the phase that moved (queue, prefill, decode, KV, preemptions).
 
-use headroom_load::recorder::{ClassRecording, LevelRecording};
-use headroom_core::run::{CapacityBand, LevelResult, LoadMode, PhaseResult, RunResult};
+use crate::run_dir::{ReadError, Run};
+use headroom_core::run::{CapacityBand, LevelResult, LoadMode, PhaseResult};
 use headroom_core::slo::{Objective, SloFile};
 use headroom_core::{LatencySignal, Verdict};
+use headroom_load::recorder::{ClassRecording, LevelRecording};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Why a comparison could not be made; every message names the file or the flag.
 #[derive(Debug, thiserror::Error)]
@@ -54,101 +55,12 @@ pub enum CompareError {
     Different(String),
 }
 
-/// One run directory, read.
-#[derive(Debug, Clone)]
-pub struct RunDir {
-    /// The directory.
-    pub path: PathBuf,
-    /// `results.json`.
-    pub results: RunResult,
-    /// `manifest.json`, as JSON.
-    pub manifest: serde_json::Value,
-    /// `slo.yaml` as run.
-    pub slo: SloFile,
-}
-
-/// The largest run-directory file read, bytes (a sweep's results.json of thousands of levels is
-/// a few MB): a link to /dev/zero or a planted huge file is refused, not read into memory.
-const MAX_FILE: u64 = 256 << 20;
-
-/// Checks that `path` is a regular file (not a link, a FIFO or a device) of at most
-/// [`MAX_FILE`] bytes, naming it otherwise.
-fn check_file(path: &Path) -> Result<(), CompareError> {
-    let bad = |message: String| CompareError::Read {
-        path: path.to_path_buf(),
-        message,
-    };
-    let m = std::fs::symlink_metadata(path).map_err(|e| bad(e.to_string()))?;
-    if m.file_type().is_symlink() {
-        return Err(bad(
-            "a symbolic link; a run directory's files are read only as themselves".into(),
-        ));
-    }
-    if !m.is_file() {
-        return Err(bad("not a regular file".into()));
-    }
-    if m.len() > MAX_FILE {
-        return Err(bad(format!(
-            "{} bytes, more than the {} MiB a run directory's file may have",
-            m.len(),
-            MAX_FILE >> 20
-        )));
-    }
-    Ok(())
-}
-
-fn read(path: &Path) -> Result<String, CompareError> {
-    check_file(path)?;
-    std::fs::read_to_string(path).map_err(|e| CompareError::Read {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
-}
-
-impl RunDir {
-    /// Reads `results.json`, `manifest.json` and `slo.yaml` of a sweep's run directory.
-    ///
-    /// # Errors
-    /// [`CompareError::Read`] naming the file that is missing or malformed.
-    pub fn open(path: &Path) -> Result<RunDir, CompareError> {
-        let bad = |file: &str, message: String| CompareError::Read {
-            path: path.join(file),
-            message,
-        };
-        let results: RunResult = serde_json::from_str(&read(&path.join("results.json"))?)
-            .map_err(|e| bad("results.json", format!("not a sweep's results ({e})")))?;
-        let manifest: serde_json::Value = serde_json::from_str(&read(&path.join("manifest.json"))?)
-            .map_err(|e| bad("manifest.json", format!("not JSON ({e})")))?;
-        let slo_path = path.join("slo.yaml");
-        let slo = SloFile::parse(&read(&slo_path)?, &slo_path).map_err(|e| CompareError::Read {
-            path: slo_path.clone(),
-            message: e.to_string(),
-        })?;
-        Ok(RunDir {
-            path: path.to_path_buf(),
-            results,
-            manifest,
-            slo,
-        })
-    }
-
-    /// The client's recording of a level (`histograms/L###.json`), if present.
-    fn recording(&self, level: &LevelResult) -> Option<LevelRecording> {
-        if level.histograms.is_empty() {
-            return None;
+impl From<ReadError> for CompareError {
+    fn from(e: ReadError) -> CompareError {
+        CompareError::Read {
+            path: e.path,
+            message: e.message,
         }
-        // A name the sweep wrote: relative and inside the run directory.
-        let rel = Path::new(&level.histograms);
-        if rel.is_absolute()
-            || rel
-                .components()
-                .any(|c| !matches!(c, std::path::Component::Normal(_)))
-        {
-            return None;
-        }
-        let path = self.path.join(rel);
-        check_file(&path).ok()?;
-        LevelRecording::load(&path).ok()
     }
 }
 
@@ -244,7 +156,7 @@ pub fn manifest_changes(a: &serde_json::Value, b: &serde_json::Value) -> Vec<Man
 
 /// The workload or SLO differences that make two runs incomparable (the windows may differ:
 /// they change precision, not what is measured).
-fn incomparable(a: &RunDir, b: &RunDir) -> Vec<String> {
+fn incomparable(a: &Run, b: &Run) -> Vec<String> {
     let mut out = Vec::new();
     let strip = |m: &serde_json::Value| {
         let mut w = m.get("workload").cloned().unwrap_or_default();
@@ -859,7 +771,7 @@ fn figures(a: &LevelResult, b: &LevelResult) -> (Vec<FigureComparison>, Option<S
 ///
 /// # Errors
 /// [`CompareError::Different`] when the workloads or SLOs differ and the gate does not allow it.
-pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, CompareError> {
+pub fn compare(a: &Run, b: &Run, gate: &Gate) -> Result<Comparison, CompareError> {
     let incomparable = incomparable(a, b);
     if !incomparable.is_empty() && !gate.allow_different_workload {
         return Err(CompareError::Different(incomparable.join("; ")));
@@ -1151,8 +1063,8 @@ pub fn compare(a: &RunDir, b: &RunDir, gate: &Gate) -> Result<Comparison, Compar
         Decision::Promote
     };
     Ok(Comparison {
-        baseline: a.path.display().to_string(),
-        candidate: b.path.display().to_string(),
+        baseline: a.dir.root().display().to_string(),
+        candidate: b.dir.root().display().to_string(),
         changes,
         incomparable,
         capacity,
@@ -1530,7 +1442,7 @@ mod tests {
         let run = d.path().join("run");
         std::fs::create_dir(&run).unwrap();
         std::os::unix::fs::symlink(&secret, run.join("results.json")).unwrap();
-        let e = RunDir::open(&run).unwrap_err().to_string();
+        let e = Run::open(&run).unwrap_err().to_string();
         assert!(
             e.contains("results.json") && e.contains("symbolic link"),
             "{e}"
@@ -1543,7 +1455,7 @@ mod tests {
             .unwrap();
         assert!(st.success());
         let t0 = std::time::Instant::now();
-        let e = RunDir::open(&run).unwrap_err().to_string();
+        let e = Run::open(&run).unwrap_err().to_string();
         assert!(e.contains("not a regular file"), "{e}");
         assert!(t0.elapsed() < std::time::Duration::from_secs(2));
     }

@@ -9,9 +9,10 @@
 //! text that comes from a file (class names, manifest values, paths, reasons) is escaped.
 
 use super::compare::{
-    Change, Comparison, LevelComparison, RunDir, fmt_band, fmt_s, fmt_signed_s, headline,
+    Change, Comparison, LevelComparison, fmt_band, fmt_s, fmt_signed_s, headline,
     latency_objectives,
 };
+use crate::run_dir::Run;
 use headroom_core::run::{LevelResult, PhaseResult};
 use headroom_core::slo::fmt_num;
 use std::fmt::Write as _;
@@ -46,7 +47,7 @@ const CAND_COLOUR: &str = "#d0631a";
 
 /// The HTML page of a comparison; `a` and `b` are the baseline's and the candidate's run
 /// directories (their `results.json` gives the curves).
-pub fn render_html(c: &Comparison, a: &RunDir, b: &RunDir) -> String {
+pub fn render_html(c: &Comparison, a: &Run, b: &Run) -> String {
     let mut o = String::new();
     let decision = c.decision.as_str();
     let _ = write!(
@@ -409,16 +410,16 @@ fn chart(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headroom_load::recorder::LevelRecording;
     use crate::compare::{Gate, compare};
     use headroom_core::run::LoadMode;
+    use headroom_load::recorder::LevelRecording;
 
     const SLO: &str = "objectives:\n  \"*\":\n    ttft: {p95: 500ms}\n    itl: {p95: 250ms}\n    error_rate: 5%\n";
 
     /// A run directory of one phase `chat <&>` at loads 4 and 16 whose TTFTs and ITLs are
     /// `scale` × (1..=200 ms), with histograms, so that `compare` computes intervals.
     /// With `repeat`, each level has one repeat whose TTFTs are 10 ms longer.
-    fn run_dir(dir: &std::path::Path, scale: u64, repeat: bool) -> RunDir {
+    fn run_dir(dir: &std::path::Path, scale: u64, repeat: bool) -> Run {
         let class = "chat <&>";
         std::fs::create_dir_all(dir.join("histograms")).unwrap();
         let mut levels = Vec::new();
@@ -471,7 +472,7 @@ mod tests {
         let manifest =
             serde_json::json!({"tool_version": format!("0.{scale}"), "workload": {}, "slo": {}});
         std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
-        RunDir::open(dir).unwrap()
+        Run::open(dir).unwrap()
     }
 
     /// Tags balance (void `meta` aside), every `<` opens a tag or a comment/doctype, and no

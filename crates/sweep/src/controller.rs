@@ -6,11 +6,6 @@
 use super::evaluate::{ClientEvidence, evaluate};
 use super::search::{LevelPlan, Search};
 use super::server_view::{ClientTotals, reconcile, server_view, ttft_remainder};
-use headroom_load::arrivals::{ArrivalProcess, LevelMode};
-use headroom_load::client::{CancellationFlag, Target};
-use headroom_load::prompt::ClassPlan;
-use headroom_load::recorder::{ClassRecording, LevelRecording};
-use headroom_load::runner::{GoodputSlo, LevelCheck, RunOptions, run_level_with};
 use headroom_core::run::{
     LevelResult, LoadMode, ObjectiveResult, PhaseResult, RESULTS_SCHEMA_VERSION, RunResult,
     RunStatus, ServerView, TokenCounts,
@@ -18,6 +13,11 @@ use headroom_core::run::{
 use headroom_core::slo::SloFile;
 use headroom_core::{LatencySignal, Objective, Outcome, SloSpec, Verdict};
 use headroom_diagnose::{ClientView, Origin, PrefixPlan, Setting, WorkloadDrift, assess_with};
+use headroom_load::arrivals::{ArrivalProcess, LevelMode};
+use headroom_load::client::{CancellationFlag, Target};
+use headroom_load::prompt::ClassPlan;
+use headroom_load::recorder::{ClassRecording, LevelRecording};
+use headroom_load::runner::{GoodputSlo, LevelCheck, RunOptions, run_level_with};
 use headroom_signals::source::{ScrapeKind, scrape_file_name, write_scrape};
 use headroom_signals::{Scrape, Scraper, Window, WindowOptions};
 use std::collections::BTreeMap;
@@ -494,7 +494,7 @@ impl Sweep<'_> {
             engine: m.engine,
             dcgm: m.dcgm,
             rec: m.rec,
-            hist_file: format!("histograms/L{level_index:03}.json"),
+            hist_file: crate::run_dir::histogram_name(level_index),
         };
         let mut files = raw.names();
         files.pop(); // the histograms
@@ -1372,7 +1372,7 @@ impl RawFiles {
         .flat_map(|(kind, v)| {
             v.iter().enumerate().map(move |(seq, sc)| {
                 let name = scrape_file_name(self.level_index, seq as u32, kind, sc.at_unix_s);
-                format!("scrapes/{name}")
+                crate::run_dir::scrape_name(&name)
             })
         });
         scrapes.chain([self.hist_file.clone()]).collect()
@@ -1397,7 +1397,7 @@ impl RawFiles {
                 ));
             }
         }
-        let path = dir.join(&self.hist_file);
+        let path = crate::run_dir::RunDir::new(dir).file(&self.hist_file);
         self.rec
             .save(&path)
             .map_err(|e| (vec![self.hist_file.clone()], e.to_string()))
