@@ -15,6 +15,7 @@
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use headroom_core::Verdict;
+use headroom_core::objective::Bound;
 use headroom_core::run::redact_url;
 use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, SloSpec, parse_duration_s};
 use headroom_diagnose::{Origin, PrefixPlan, Setting};
@@ -808,12 +809,14 @@ fn client_error_figures(
                     format!(": {}", failed.join(", "))
                 }
             ),
+            bound: Bound::Exact,
         },
         headroom_diagnose::Figure {
             name: "client_http_failed".into(),
             value: http as f64,
             unit: "count".into(),
             source: "client: requests answered with an HTTP error status (results.json level_outcomes http_*)".into(),
+            bound: Bound::Exact,
         },
     ];
     // Beside the engine's own rate.
@@ -869,12 +872,11 @@ fn source_of(r: &Read) -> DiagnosisSource {
 /// ([`headroom_signals::DataWarning`]), empty when the data was consistent. `problem` is one of
 /// `not_cumulative`, `duplicate_bound`, `duplicate_series`, `negative`, `count_mismatch`, `not_finite`,
 /// `out_of_range`. Objectives and figures that are only an upper bound carry `"bound": "upper"`
-/// ([`mark_upper_bounds`]).
+/// (their `bound` field, [`headroom_core::objective::Bound`]).
 fn json_with_data_warnings(ds: &[Diagnosis], reads: &[&Read]) -> Result<String> {
     let mut out = Vec::with_capacity(ds.len());
     for (d, r) in ds.iter().zip(reads) {
         let mut v = serde_json::to_value(d)?;
-        mark_upper_bounds(&mut v);
         if let Some(o) = v.as_object_mut() {
             o.insert(
                 "data_warnings".to_owned(),
@@ -887,32 +889,6 @@ fn json_with_data_warnings(ds: &[Diagnosis], reads: &[&Read]) -> Result<String> 
         [one] => serde_json::to_string_pretty(one)?,
         many => serde_json::to_string_pretty(many)?,
     })
-}
-
-/// Adds `"bound": "upper"` to every objective and step figure whose value is only an upper bound
-/// (a quantile in the histogram's first bucket, [`headroom_diagnose::UPPER_BOUND_ONLY`]): the
-/// number stays in `observed` / `value` and reads "≤". Other entries carry no `bound`.
-fn mark_upper_bounds(v: &mut serde_json::Value) {
-    let marker = headroom_diagnose::UPPER_BOUND_ONLY;
-    let mark = |o: &mut serde_json::Value, text_field: &str| {
-        let hit = o
-            .get(text_field)
-            .and_then(|t| t.as_str())
-            .is_some_and(|t| t.contains(marker));
-        if hit && let Some(o) = o.as_object_mut() {
-            o.insert("bound".to_owned(), "upper".into());
-        }
-    };
-    if let Some(obs) = v.get_mut("objectives").and_then(|o| o.as_array_mut()) {
-        obs.iter_mut().for_each(|o| mark(o, "reason"));
-    }
-    if let Some(steps) = v.get_mut("steps").and_then(|s| s.as_array_mut()) {
-        for s in steps {
-            if let Some(figs) = s.get_mut("figures").and_then(|f| f.as_array_mut()) {
-                figs.iter_mut().for_each(|f| mark(f, "source"));
-            }
-        }
-    }
 }
 
 /// Runs `headroom diagnose`; returns the exit status (see the module docs).

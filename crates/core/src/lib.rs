@@ -10,6 +10,7 @@
 
 pub mod atomic;
 pub mod fd_limit;
+pub mod objective;
 pub mod outcome;
 pub mod run;
 pub mod run_dir;

@@ -4,11 +4,14 @@
 //! Every figure carries its unit in its name (`_s`, `_ms`, `_ratio`, `_per_s`). Latency percentiles
 //! are client-side, from HDR histograms (3 significant digits), in seconds.
 
+use crate::objective::{Bound, ObjectiveId, Source, Unit};
 use crate::verdict::{Finding, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Schema version of `results.json`; bump on incompatible change.
+/// Schema version of `results.json`; bump on incompatible change. Still 1: fields added since
+/// (an objective's `bound` and `source`, absent from older files) are optional, readers of
+/// version 1 ignore them, and every field written before reads and writes the same bytes.
 pub const RESULTS_SCHEMA_VERSION: u32 = 1;
 
 /// How load is offered at a level.
@@ -103,14 +106,23 @@ pub const MIN_REQUESTS_FOR_ERROR_RATE: u64 = 10;
 /// Judgement of one objective at one level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ObjectiveResult {
-    /// Objective id (`ttft_p95`, `error_rate`).
-    pub id: String,
+    /// Which objective, and in a mix which class (written `ttft_p95`, `chat/ttft_p95`).
+    pub id: ObjectiveId,
     /// Human form (`TTFT p95 < 300 ms`).
     pub description: String,
-    /// Threshold in seconds (latency) or as a ratio (error rate).
+    /// Threshold in the objective's [unit](Self::unit): seconds (latency) or a ratio (error
+    /// rate).
     pub threshold: f64,
     /// Observed value in the same unit, when measurable.
     pub observed: Option<f64>,
+    /// Whether `observed` is the value or only an upper bound on it (written `"bound": "upper"`,
+    /// absent when exact).
+    #[serde(default, skip_serializing_if = "Bound::is_exact")]
+    pub bound: Bound,
+    /// Who measured the figure behind the verdict; absent in results written before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
     /// PASS / FAIL / INCONCLUSIVE.
     pub verdict: Verdict,
     /// Samples behind the figure.
@@ -174,18 +186,33 @@ impl ObjectiveResult {
             }
     }
 
-    /// The share of bad samples the objective allows: 1 − p/100 for a latency percentile
-    /// (from the id's `_pNN`), the ratio for an error objective; `None` for other ids.
-    pub fn objective_allowed_share(&self) -> Option<f64> {
+    /// The share of bad samples the objective allows: 1 − p/100 for a latency percentile, the
+    /// ratio for an error objective.
+    pub fn objective_allowed_share(&self) -> f64 {
         if let Some(s) = &self.share {
-            return Some(s.allowed);
+            return s.allowed;
         }
-        let bare = self.id.rsplit('/').next().unwrap_or(&self.id);
-        if bare == "error_rate" {
-            return Some(self.threshold);
+        match self.id.percentile() {
+            Some(p) => 1.0 - p / 100.0,
+            None => self.threshold,
         }
-        let p: f64 = bare.rsplit_once("_p")?.1.parse().ok()?;
-        (0.0..100.0).contains(&p).then(|| 1.0 - p / 100.0)
+    }
+
+    /// The unit of `threshold` and `observed`.
+    pub fn unit(&self) -> Unit {
+        self.id.unit()
+    }
+
+    /// The same result marked as measured by `source`.
+    pub fn from_source(mut self, source: Source) -> ObjectiveResult {
+        self.source = Some(source);
+        self
+    }
+
+    /// The same result with `observed` marked as only an upper bound.
+    pub fn upper_bound(mut self) -> ObjectiveResult {
+        self.bound = Bound::Upper;
+        self
     }
 
     /// The same result with the count behind it recorded.
@@ -249,6 +276,8 @@ impl ObjectiveResult {
             description: objective.describe(),
             threshold,
             observed,
+            bound: Bound::Exact,
+            source: None,
             verdict,
             samples,
             reason,
@@ -311,12 +340,11 @@ impl ObjectiveResult {
     }
 
     /// Fewest samples that can estimate this objective's percentile at all:
-    /// [`crate::stats::min_samples_for_percentile`] of the `_pNN` suffix of the id (20 for
-    /// `ttft_p95`, 100 for `itl_p99`); 1 for an objective without a percentile (`error_rate`).
+    /// [`crate::stats::min_samples_for_percentile`] of its percentile (20 for `ttft_p95`, 100
+    /// for `itl_p99`); 1 for an objective without a percentile (`error_rate`).
     pub fn needed_samples(&self) -> u64 {
         self.id
-            .rsplit_once("_p")
-            .and_then(|(_, p)| p.parse::<f64>().ok())
+            .percentile()
             .map_or(1, crate::stats::min_samples_for_percentile)
     }
 
@@ -493,20 +521,20 @@ impl LevelResult {
     }
 
     /// Ids of the objectives that failed, in order.
-    pub fn failed_objectives(&self) -> Vec<&str> {
+    pub fn failed_objectives(&self) -> Vec<&ObjectiveId> {
         self.objective_ids(Verdict::Fail)
     }
 
     /// Ids of the objectives left INCONCLUSIVE, in order.
-    pub fn inconclusive_objectives(&self) -> Vec<&str> {
+    pub fn inconclusive_objectives(&self) -> Vec<&ObjectiveId> {
         self.objective_ids(Verdict::Inconclusive)
     }
 
-    fn objective_ids(&self, v: Verdict) -> Vec<&str> {
+    fn objective_ids(&self, v: Verdict) -> Vec<&ObjectiveId> {
         self.objectives
             .iter()
             .filter(|o| o.verdict == v)
-            .map(|o| o.id.as_str())
+            .map(|o| &o.id)
             .collect()
     }
 
@@ -515,7 +543,11 @@ impl LevelResult {
     /// `INCONCLUSIVE (inconclusive: queue_time_p95)`. An objective left undecided for lack of
     /// samples says so with its count: `INCONCLUSIVE (too few samples: ttft_p95 3 of 20)`.
     pub fn verdict_line(&self) -> String {
-        let failed = self.failed_objectives();
+        let failed: Vec<String> = self
+            .failed_objectives()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         let (short, unsure): (Vec<_>, Vec<_>) = self
             .objectives
             .iter()
@@ -527,12 +559,12 @@ impl LevelResult {
         }
         // Grouped by why, in a few words: `inconclusive: ttft_p95, itl_p95 (prompts 40 % shorter
         // than specified)`.
-        let mut why: Vec<(String, Vec<&str>)> = Vec::new();
+        let mut why: Vec<(String, Vec<String>)> = Vec::new();
         for o in &unsure {
             let r = o.short_reason();
             match why.iter_mut().find(|(w, _)| *w == r) {
-                Some((_, ids)) => ids.push(o.id.as_str()),
-                None => why.push((r, vec![o.id.as_str()])),
+                Some((_, ids)) => ids.push(o.id.to_string()),
+                None => why.push((r, vec![o.id.to_string()])),
             }
         }
         for (r, ids) in why {
@@ -576,7 +608,7 @@ pub struct PhaseResult {
     /// Lowest load that failed, when one did.
     pub first_fail: Option<f64>,
     /// Objective that broke first (at `first_fail`), by id.
-    pub first_breach: Option<String>,
+    pub first_breach: Option<ObjectiveId>,
     /// The capacity with its uncertainty, from the certainty of each level's verdict (absent in
     /// results written before it existed; [`PhaseResult::capacity_band`] recomputes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -605,12 +637,12 @@ pub struct Headroom {
     /// Load of the operating point (the capacity level).
     pub load: f64,
     /// Objective id.
-    pub objective: String,
+    pub objective: ObjectiveId,
     /// Objective text.
     pub description: String,
-    /// Observed value (seconds or ratio).
+    /// Observed value, in the objective's [unit](ObjectiveId::unit).
     pub observed: f64,
-    /// Threshold (seconds or ratio).
+    /// Threshold, in the same unit.
     pub threshold: f64,
     /// `threshold / observed`; infinite when nothing was observed above zero.
     pub ratio: f64,
@@ -639,7 +671,7 @@ impl LevelResult {
     /// [`Self::verdict_is_certain`] counting only the `binding` objectives for a PASS (all when
     /// `None`; see [`PhaseResult::binding_objectives`]). A FAIL is certain when any objective
     /// fails for certain.
-    pub fn verdict_is_certain_for(&self, binding: Option<&[String]>) -> bool {
+    pub fn verdict_is_certain_for(&self, binding: Option<&[ObjectiveId]>) -> bool {
         let counts = |o: &ObjectiveResult| binding.is_none_or(|b| b.contains(&o.id));
         match self.verdict {
             Verdict::Pass => !self
@@ -657,7 +689,7 @@ impl LevelResult {
     /// The borderline objective that keeps the level's verdict from being certain: of those
     /// with the level's verdict (and among `binding`, when given), the one furthest from
     /// certainty (most samples to decide it; within noise of its threshold first).
-    pub fn deciding_borderline(&self, binding: Option<&[String]>) -> Option<&ObjectiveResult> {
+    pub fn deciding_borderline(&self, binding: Option<&[ObjectiveId]>) -> Option<&ObjectiveResult> {
         if self.verdict_is_certain_for(binding) {
             return None;
         }
@@ -678,8 +710,8 @@ impl PhaseResult {
     /// them when none did). One that passes at every level tried, up to loads where another
     /// fails, bounds nothing in the range tried, so its own uncertainty (an error rate of 0 in 40
     /// requests is not certain below 0.5 %) does not widen the capacity band.
-    pub fn binding_objectives(&self) -> Option<Vec<String>> {
-        let failed: Vec<String> = self
+    pub fn binding_objectives(&self) -> Option<Vec<ObjectiveId>> {
+        let failed: Vec<ObjectiveId> = self
             .levels
             .iter()
             .flat_map(|l| l.objectives.iter())
@@ -819,7 +851,9 @@ mod tests {
                 .iter()
                 .map(|(id, obs, thr)| ObjectiveResult {
                     share: None,
-                    id: (*id).into(),
+                    bound: Bound::Exact,
+                    source: None,
+                    id: serde_json::from_value(serde_json::json!(id)).unwrap(),
                     description: (*id).into(),
                     threshold: *thr,
                     observed: Some(*obs),
@@ -899,13 +933,13 @@ mod tests {
             l.verdict_line(),
             "INCONCLUSIVE (inconclusive: error_rate; too few samples: ttft_p95 3 of 20)"
         );
-        l.objectives[0].id = "itl_p99".into();
+        l.objectives[0].id = serde_json::from_str("\"itl_p99\"").unwrap();
         l.objectives[0].samples = 99;
         assert_eq!(l.objectives[0].sample_shortfall(), Some((99, 100)));
         l.objectives[0].samples = 100;
         assert_eq!(l.objectives[0].sample_shortfall(), None);
         assert_eq!(l.objectives[1].needed_samples(), 1);
-        l.objectives[0].id = "ttft_p95".into();
+        l.objectives[0].id = serde_json::from_str("\"ttft_p95\"").unwrap();
         for o in &mut l.objectives {
             o.verdict = Verdict::Pass;
         }
@@ -966,7 +1000,7 @@ mod tests {
             ],
             capacity: Some(12.0),
             first_fail: Some(16.0),
-            first_breach: Some("ttft_p95".into()),
+            first_breach: serde_json::from_str("\"ttft_p95\"").unwrap(),
             capacity_band: None,
             search_note: String::new(),
         };

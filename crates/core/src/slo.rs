@@ -42,14 +42,9 @@ pub enum Objective {
 }
 
 impl Objective {
-    /// Short stable id, e.g. `ttft_p95`, `error_rate` (used in JSON, CSV and findings).
-    pub fn id(&self) -> String {
-        match self {
-            Objective::Latency {
-                signal, percentile, ..
-            } => format!("{}_p{}", signal.name(), fmt_pct(*percentile)),
-            Objective::ErrorRate { .. } => "error_rate".to_string(),
-        }
+    /// Short stable id, written `ttft_p95`, `error_rate` (in JSON, CSV and findings).
+    pub fn id(&self) -> crate::objective::ObjectiveId {
+        crate::objective::ObjectiveId::of(self)
     }
 
     /// Human form, e.g. `TTFT p95 < 300 ms`.
@@ -157,6 +152,11 @@ impl PctKey {
     /// The percentile as a number in (0, 100).
     pub fn value(self) -> f64 {
         f64::from(self.0) / 1000.0
+    }
+
+    /// The key of percentile `p` (in (0, 100)), rounded to a thousandth as `slo.yaml` keeps it.
+    pub fn of(p: f64) -> PctKey {
+        PctKey((p * 1000.0).round() as u32)
     }
 }
 
@@ -380,7 +380,7 @@ pub const MIN_PERCENTILE: f64 = 1.0;
 /// be finite; `slo rules` and OpenSLO need `p < 100`.
 pub const MAX_PERCENTILE: f64 = 99.99;
 
-fn parse_pct_key(k: &str) -> Result<PctKey, String> {
+pub(crate) fn parse_pct_key(k: &str) -> Result<PctKey, String> {
     let num = k
         .strip_prefix('p')
         .ok_or_else(|| format!("`{k}`: expected a percentile key like p95 or p99.9"))?;
@@ -464,7 +464,7 @@ pub fn fmt_num(v: f64) -> String {
 
 /// A percentile as written in `slo.yaml` keys: up to three decimals, trailing zeros dropped
 /// (`95`, `99.9`, `99.99`; [`fmt_num`] would round `99.99` to `100`).
-fn fmt_pct(p: f64) -> String {
+pub(crate) fn fmt_pct(p: f64) -> String {
     let s = format!("{p:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
@@ -542,7 +542,12 @@ mod tests {
     #[test]
     fn percentile_range_edges_are_accepted() {
         let f = parse("objectives:\n  \"*\": {ttft: {p1: 1s, p99.99: 2s}}\n").unwrap();
-        let ids: Vec<String> = f.spec_for("*").objectives.iter().map(|o| o.id()).collect();
+        let ids: Vec<String> = f
+            .spec_for("*")
+            .objectives
+            .iter()
+            .map(|o| o.id().to_string())
+            .collect();
         assert_eq!(ids, vec!["ttft_p1", "ttft_p99.99"]);
         // p99.99 needs ceil(1 / 0.0001) = 10 000 observations: finite
         assert_eq!(

@@ -21,6 +21,7 @@ pub mod setting;
 mod steps;
 pub mod views;
 
+use headroom_core::objective::{Bound, Source};
 use headroom_core::run::{ClientHealth, ObjectiveResult};
 use headroom_core::stats::{Decision, decide, min_samples_for_percentile};
 use headroom_core::verdict::{Confidence, Finding};
@@ -127,6 +128,10 @@ pub struct Figure {
     pub unit: String,
     /// Metric(s) it comes from, and the precision bracket for quantiles.
     pub source: String,
+    /// Whether `value` is the figure or only an upper bound on it (a quantile in the
+    /// histogram's first bucket): `"bound": "upper"` in JSON, absent when exact.
+    #[serde(skip_serializing_if = "Bound::is_exact")]
+    pub bound: Bound,
 }
 
 /// One of the six analysis steps.
@@ -200,12 +205,11 @@ impl Assessment {
 /// figure's `unit` and the text label in its `source`.
 pub const GENERATED_OVER_MAX_TOKENS: &str = "generated_over_max_tokens";
 
-/// How a quantile figure or objective reading that is only an upper bound starts (a step
-/// [`Figure::source`], an objective's `reason` after `server-side (…), <verdict word>: `): the
-/// rank fell into the histogram's first bucket `[0, le₀]`
-/// ([`headroom_signals::Quantile::upper_bound_only`]), the value shown is `le₀`, and it reads
-/// "at most". `headroom diagnose --format json` marks such entries with `"bound": "upper"`.
-pub const UPPER_BOUND_ONLY: &str = "upper bound only: ≤";
+/// The words a reason or a figure's source says an upper bound with, for people: the rank fell
+/// into the histogram's first bucket `[0, le₀]` ([`headroom_signals::Quantile::upper_bound_only`]),
+/// the value shown is `le₀`, and it reads "at most". Programs read the `bound` field
+/// ([`Bound::Upper`], `"bound": "upper"` in JSON) instead.
+const UPPER_BOUND_ONLY: &str = "upper bound only: ≤";
 
 /// An upper bound in seconds to three significant digits (a `_sum` cap of 0.0011301230008985688
 /// reads `0.00113`; a bucket edge of 0.01 reads `0.01`).
@@ -313,7 +317,7 @@ pub fn assess_with(
         )
     }) || objectives
         .iter()
-        .any(|o| rules::objective_kind(&o.id).starts_with("queue_time"));
+        .any(|o| o.id.signal() == Some(LatencySignal::QueueTime));
     let mut fired: Vec<&'static str> = Vec::new();
     let mut findings = Vec::new();
     for rule in RULES {
@@ -461,7 +465,9 @@ fn judge_objectives(
                     percentile,
                     threshold_s,
                 } => latency_objective(w, o, *signal, *percentile, *threshold_s),
-                Objective::ErrorRate { max_ratio } => error_objective(w, f, o, *max_ratio),
+                Objective::ErrorRate { max_ratio } => {
+                    error_objective(w, f, o, *max_ratio).from_source(Source::Engine)
+                }
             }
         })
         .collect();
@@ -536,7 +542,7 @@ pub fn engine_overrules_bounds(
                 .nth(1)
                 .and_then(|t| t.split(';').next())
                 .unwrap_or("within the threshold");
-            if b.id.contains('/') {
+            if b.id.class().is_some() {
                 format!("{} ({ttft})", b.id)
             } else {
                 ttft.to_owned()
@@ -564,18 +570,34 @@ fn latency_objective(
     percentile: f64,
     threshold_s: f64,
 ) -> ObjectiveResult {
-    latency_objective_on(w, o, signal, percentile, threshold_s, "server-side")
+    latency_objective_on(w, o, signal, percentile, threshold_s, Source::Engine)
 }
 
-/// [`latency_objective`] on `w`, whose reasons start with `side` (`server-side`, `gateway`).
+/// [`latency_objective`] on `w`, the series of `source` (the engine's, or a gateway's), which
+/// its reasons start with (`server-side`, `gateway`).
 fn latency_objective_on(
     w: &Window,
     o: &Objective,
     signal: LatencySignal,
     percentile: f64,
     threshold_s: f64,
-    side: &str,
+    source: Source,
 ) -> ObjectiveResult {
+    latency_judgement(w, o, signal, percentile, threshold_s, source).from_source(source)
+}
+
+fn latency_judgement(
+    w: &Window,
+    o: &Objective,
+    signal: LatencySignal,
+    percentile: f64,
+    threshold_s: f64,
+    source: Source,
+) -> ObjectiveResult {
+    let side = match source {
+        Source::Gateway => "gateway",
+        Source::Engine | Source::Client => "server-side",
+    };
     let sig = server_signal(signal);
     if let Some(why) = w.rejection(sig) {
         return ObjectiveResult::new(
@@ -625,7 +647,7 @@ fn latency_objective_on(
         if let Some((bad_lo, _)) = bad_share {
             let bad = (bad_lo * samples as f64 - 1e-9).ceil().max(0.0) as u64;
             if decide(bad, samples, allowed) == Decision::BreachCertain {
-                return ObjectiveResult::new(
+                let r = ObjectiveResult::new(
                     o,
                     threshold_s,
                     observed,
@@ -639,9 +661,17 @@ fn latency_objective_on(
                             .unwrap_or_else(|| "?".into()),
                     ),
                 );
+                return if q.is_some_and(|q| q.upper_bound_only) {
+                    r.upper_bound()
+                } else {
+                    r
+                };
             }
         }
-        return ObjectiveResult::new(
+        // The figure shown is then only the first bucket's bound: say so, so every display
+        // marks it "≤".
+        let upper = q.filter(|q| q.upper_bound_only);
+        let r = ObjectiveResult::new(
             o,
             threshold_s,
             observed,
@@ -649,14 +679,13 @@ fn latency_objective_on(
             samples,
             format!(
                 "{side} ({metric}): {samples} observations, fewer than the {need} needed for p{percentile}{}",
-                // The figure shown is then only the first bucket's bound: say so, so every
-                // display marks it "≤".
-                match q.filter(|q| q.upper_bound_only) {
+                match upper {
                     Some(q) => format!("; {UPPER_BOUND_ONLY} {} s", bound_s(q.upper)),
                     None => String::new(),
                 }
             ),
         );
+        return if upper.is_some() { r.upper_bound() } else { r };
     }
     if let Some(q) = q.filter(|q| q.upper_bound_only) {
         let le0 = q.upper;
@@ -708,7 +737,8 @@ fn latency_objective_on(
             format!(
                 "{side} ({metric}), {why} (p{percentile} of {samples} observations falls in the first bucket)"
             ),
-        );
+        )
+        .upper_bound();
     }
     let Some((bad_lo, bad_hi)) = bad_share else {
         return ObjectiveResult::new(
@@ -826,7 +856,9 @@ mod drift_tests {
     fn row(v: Verdict) -> ObjectiveResult {
         ObjectiveResult {
             share: None,
-            id: "ttft_p95".into(),
+            bound: Default::default(),
+            source: None,
+            id: serde_json::from_str("\"ttft_p95\"").unwrap(),
             description: "TTFT p95 < 300 ms".into(),
             threshold: 0.3,
             observed: Some(0.2),

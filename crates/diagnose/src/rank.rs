@@ -21,9 +21,9 @@ use headroom_core::Verdict;
 use headroom_core::run::ObjectiveResult;
 use headroom_core::verdict::Confidence;
 
+use crate::RuledFinding;
 use crate::facts::Facts;
 use crate::rules::{Category, Target};
-use crate::{RuledFinding, UPPER_BOUND_ONLY};
 
 /// The part of a request's latency a row acts on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -105,14 +105,13 @@ fn weight(c: Confidence) -> f64 {
 pub(crate) fn target(objectives: &[ObjectiveResult]) -> Option<(&ObjectiveResult, Target)> {
     let margin = |o: &ObjectiveResult| {
         let v = o.observed?;
-        (o.threshold > 0.0 && v.is_finite() && !o.reason.contains(UPPER_BOUND_ONLY))
-            .then(|| v / o.threshold)
+        (o.threshold > 0.0 && v.is_finite() && o.bound.is_exact()).then(|| v / o.threshold)
     };
     let best = |fail: bool| {
         objectives
             .iter()
             .filter(|o| (o.verdict == Verdict::Fail) == fail)
-            .filter_map(|o| Some((o, margin(o)?, Target::of_objective(&o.id)?)))
+            .filter_map(|o| Some((o, margin(o)?, Target::of_objective(&o.id))))
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(o, _, t)| (o, t))
     };

@@ -18,7 +18,9 @@
 //! needed" against any change) never fire together: each such row yields to the one whose
 //! objective is failing (see the tie-breaks in `admission_saturation` and `efficient_load`).
 
+use headroom_core::LatencySignal::{self, E2e, Itl, QueueTime, Tpot, Ttft};
 use headroom_core::Verdict;
+use headroom_core::objective::ObjectiveId;
 use headroom_core::run::ObjectiveResult;
 use headroom_core::verdict::{Confidence, Evidence};
 
@@ -66,11 +68,11 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
-    fn verdict_of(&self, prefix: &str) -> Option<Verdict> {
+    fn verdict_of(&self, signal: LatencySignal) -> Option<Verdict> {
         let vs: Vec<Verdict> = self
             .objectives
             .iter()
-            .filter(|o| objective_kind(&o.id).starts_with(prefix))
+            .filter(|o| o.id.signal() == Some(signal))
             .map(|o| o.verdict)
             .collect();
         (!vs.is_empty()).then(|| Verdict::combine(vs))
@@ -80,20 +82,17 @@ impl Context<'_> {
     }
     /// Whether an ITL or TPOT objective fails: decode speed breaks an objective.
     fn decode_fails(&self) -> bool {
-        [self.verdict_of("itl"), self.verdict_of("tpot")].contains(&Some(Verdict::Fail))
+        [self.verdict_of(Itl), self.verdict_of(Tpot)].contains(&Some(Verdict::Fail))
     }
-    /// Among the objectives whose id starts with one of `prefixes`, the one closest to its
-    /// threshold, with observed / threshold. Readings known only as an upper bound (the rank fell
-    /// in a histogram's first bucket) are left out: their value is a bucket edge, not a margin.
-    fn tightest(&self, prefixes: &[&str]) -> Option<(&ObjectiveResult, f64)> {
+    /// Among the objectives on one of `signals` (every objective when `None`), the one closest
+    /// to its threshold, with observed / threshold. Readings known only as an upper bound (the
+    /// rank fell in a histogram's first bucket) are left out: their value is a bucket edge, not
+    /// a margin.
+    fn tightest(&self, signals: Option<&[LatencySignal]>) -> Option<(&ObjectiveResult, f64)> {
         self.objectives
             .iter()
-            .filter(|o| {
-                prefixes
-                    .iter()
-                    .any(|p| objective_kind(&o.id).starts_with(p))
-            })
-            .filter(|o| !o.reason.contains(crate::UPPER_BOUND_ONLY))
+            .filter(|o| signals.is_none_or(|s| o.id.signal().is_some_and(|x| s.contains(&x))))
+            .filter(|o| o.bound.is_exact())
             .filter_map(|o| {
                 let v = o.observed?;
                 (o.threshold > 0.0 && v.is_finite()).then(|| (o, v / o.threshold))
@@ -142,26 +141,17 @@ pub enum Target {
     Errors,
 }
 
-/// The kind of an objective id without its class: a mix's per-class rows are named
-/// `class/kind` (`chat/ttft_p95` → `ttft_p95`); a single class's rows are the kind itself.
-pub fn objective_kind(id: &str) -> &str {
-    id.rsplit('/').next().unwrap_or(id)
-}
-
 impl Target {
-    /// The target an objective id is about (a mix's `class/` prefix ignored) (`None` for an unknown kind).
-    pub fn of_objective(id: &str) -> Option<Target> {
-        [
-            ("queue_time", Target::Queue),
-            ("ttft", Target::Ttft),
-            ("itl", Target::Itl),
-            ("tpot", Target::Tpot),
-            ("e2e", Target::E2e),
-            ("error", Target::Errors),
-        ]
-        .into_iter()
-        .find(|(p, _)| objective_kind(id).starts_with(p))
-        .map(|(_, t)| t)
+    /// The target an objective is about (whatever its class).
+    pub fn of_objective(id: &ObjectiveId) -> Target {
+        match id.signal() {
+            Some(QueueTime) => Target::Queue,
+            Some(Ttft) => Target::Ttft,
+            Some(Itl) => Target::Itl,
+            Some(Tpot) => Target::Tpot,
+            Some(E2e) => Target::E2e,
+            None => Target::Errors,
+        }
     }
 }
 
@@ -960,7 +950,7 @@ fn prefill_contention(c: &Context<'_>) -> Option<Match> {
         }
         _ => None,
     };
-    let ttft_fails = c.verdict_of("ttft") == Some(Verdict::Fail);
+    let ttft_fails = c.verdict_of(Ttft) == Some(Verdict::Fail);
     let spiking = spikes.is_some_and(|r| r >= 3.0);
     if !(spiking || (ttft_fails && share >= 0.5)) {
         return None;
@@ -1060,7 +1050,7 @@ fn decode_capacity(c: &Context<'_>) -> Option<Match> {
         "decode is the smaller part of the running time",
         "decode mean / inference mean",
     )];
-    if let Some((o, m)) = c.tightest(&["itl", "tpot"]) {
+    if let Some((o, m)) = c.tightest(Some(&[Itl, Tpot])) {
         evidence.push(margin(o, m, ""));
     }
     if let Some(i) = f.itl_mean_s {
@@ -1099,8 +1089,7 @@ fn decode_capacity(c: &Context<'_>) -> Option<Match> {
     }
     // A smaller batch lengthens the queue: where queueing (or the TTFT it feeds) fails too,
     // the decode-side remedy must not cost queue time.
-    let queue_fails =
-        [c.verdict_of("queue_time"), c.verdict_of("ttft")].contains(&Some(Verdict::Fail));
+    let queue_fails = [c.verdict_of(QueueTime), c.verdict_of(Ttft)].contains(&Some(Verdict::Fail));
     Some(Match {
         action: queue_fails.then_some(&DECODE_FASTER_NOT_SMALLER),
         confidence: Confidence::Medium,
@@ -1359,7 +1348,7 @@ fn truncation(c: &Context<'_>) -> Option<Match> {
             "every request ran exactly to max_tokens: if the client sent ignore_eos (a benchmark), this is by design, not truncation",
         ));
     }
-    let e2e_fails = c.verdict_of("e2e") == Some(Verdict::Fail);
+    let e2e_fails = c.verdict_of(E2e) == Some(Verdict::Fail);
     Some(Match {
         action: e2e_fails.then_some(&TRUNCATION_WHILE_E2E_FAILS),
         confidence: if all_at_cap {
@@ -1515,7 +1504,7 @@ fn decode_dominated(c: &Context<'_>) -> Option<Match> {
     // A decode-heavy workload is decode-heavy at every load: on its own the share explains
     // nothing (step 1 remarks on it). It is a finding when decode speed sets an objective that
     // fails or nearly fails, where "not prefill" tells the reader where effort pays.
-    let (o, m) = c.tightest(&["itl", "tpot", "e2e"])?;
+    let (o, m) = c.tightest(Some(&[Itl, Tpot, E2e]))?;
     if m < NEAR_FAILING_SHARE && o.verdict != Verdict::Fail {
         return None;
     }
@@ -1525,7 +1514,7 @@ fn decode_dominated(c: &Context<'_>) -> Option<Match> {
         (Some(d), Some(e)) if e > 0.0 => Some(d / e),
         _ => None,
     };
-    let about_e2e = objective_kind(&o.id).starts_with("e2e");
+    let about_e2e = o.id.signal() == Some(E2e);
     if about_e2e && decode_of_e2e.is_some_and(|d| d < 0.5) {
         return None;
     }
@@ -1621,7 +1610,7 @@ fn efficient_load(c: &Context<'_>) -> Option<Match> {
             "mean, busiest GPU",
         ));
     }
-    if let Some((o, m)) = c.tightest(&[""]) {
+    if let Some((o, m)) = c.tightest(None) {
         evidence.push(margin(
             o,
             m,
@@ -1758,7 +1747,9 @@ mod tests {
     fn obj(id: &str, threshold: f64, observed: f64, verdict: Verdict) -> ObjectiveResult {
         ObjectiveResult {
             share: None,
-            id: id.to_owned(),
+            bound: Default::default(),
+            source: None,
+            id: serde_json::from_value(serde_json::json!(id)).unwrap(),
             description: id.to_owned(),
             threshold,
             observed: Some(observed),
@@ -1933,7 +1924,7 @@ mod tests {
         assert!(decode_dominated(&c).is_none());
         // an upper-bound-only reading is a bucket edge, not a margin
         let mut bound = obj("itl_p95", 0.05, 0.05, Verdict::Pass);
-        bound.reason = format!("server-side, holds: {} 0.05 s", crate::UPPER_BOUND_ONLY);
+        bound.bound = headroom_core::objective::Bound::Upper;
         assert!(decode_dominated(&ctx(&facts, &[bound])).is_none());
     }
 

@@ -1,6 +1,7 @@
 //! The six analysis steps of `DESIGN.md`, as figures with their sources and short remarks.
 //! Statistics come from [`Facts`] and the window; nothing here is rendered.
 
+use headroom_core::objective::Bound;
 use headroom_signals::{Signal, Window};
 
 use crate::facts::Facts;
@@ -23,12 +24,23 @@ impl StepBuilder {
         }
     }
     fn fig(&mut self, name: &str, value: Option<f64>, unit: &str, source: impl Into<String>) {
+        self.fig_bounded(name, value, unit, source, Bound::Exact);
+    }
+    fn fig_bounded(
+        &mut self,
+        name: &str,
+        value: Option<f64>,
+        unit: &str,
+        source: impl Into<String>,
+        bound: Bound,
+    ) {
         if let Some(v) = value.filter(|v| v.is_finite()) {
             self.step.figures.push(Figure {
                 name: name.to_owned(),
                 value: v,
                 unit: unit.to_owned(),
                 source: source.into(),
+                bound,
             });
         }
     }
@@ -69,11 +81,16 @@ fn quantiles(b: &mut StepBuilder, w: &Window, sig: Signal, name: &str) {
                     bounded.why(w)
                 )
             };
-            b.fig(
+            b.fig_bounded(
                 &format!("{name}_p{}_s", (q * 100.0).round()),
                 Some(x.reported()),
                 "s",
                 source,
+                if x.upper_bound_only {
+                    Bound::Upper
+                } else {
+                    Bound::Exact
+                },
             );
         }
     }

@@ -13,6 +13,7 @@
 //! (each histogram's own quantile; percentiles do not add, so that remainder is approximate) and
 //! for the means (which add, so it is exact up to the two populations' difference).
 
+use headroom_core::objective::{ObjectiveId, Source};
 use headroom_core::run::ObjectiveResult;
 use headroom_core::{LatencySignal, Objective, SloSpec, Verdict};
 use headroom_signals::{Signal, Window};
@@ -41,7 +42,7 @@ pub struct GatewayView<'a> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ObjectiveViews {
     /// Objective id (`ttft_p95`).
-    pub id: String,
+    pub id: ObjectiveId,
     /// Human form (`TTFT p95 < 300 ms`).
     pub description: String,
     /// The gateway's judgement of the class; `None` where the gateway measures no such thing
@@ -160,9 +161,11 @@ fn judge_gateway(g: &GatewayView<'_>, o: &Objective) -> Option<ObjectiveResult> 
             *signal,
             *percentile,
             *threshold_s,
-            "gateway",
+            Source::Gateway,
         )),
-        Objective::ErrorRate { max_ratio } => Some(gateway_errors(g, o, *max_ratio)),
+        Objective::ErrorRate { max_ratio } => {
+            Some(gateway_errors(g, o, *max_ratio).from_source(Source::Gateway))
+        }
     }
 }
 

@@ -42,8 +42,10 @@ fn window(above: u64) -> Window {
 /// The row the sweep writes when the client's TTFT settles the objective.
 fn bound() -> ObjectiveResult {
     ObjectiveResult {
-        id: "queue_time_p95".into(),
+        id: serde_json::from_str("\"queue_time_p95\"").unwrap(),
         description: "queue time p95 < 300 ms".into(),
+        bound: Default::default(),
+        source: None,
         threshold: 0.3,
         observed: None,
         verdict: Verdict::Pass,

@@ -2,8 +2,12 @@
 //! where `_sum` caps it): every figure and objective shows the bound, never PromQL's
 //! interpolation inside the bucket.
 
+use headroom_core::objective::Bound;
 use headroom_core::{LatencySignal, Objective, SloSpec, Verdict};
-use headroom_diagnose::{UPPER_BOUND_ONLY, assess};
+use headroom_diagnose::assess;
+
+/// What a reason or figure source tells people about an upper bound.
+const UPPER_BOUND_ONLY: &str = "upper bound only: ≤";
 use headroom_signals::{Scrape, Window, WindowOptions};
 
 /// vLLM's queue-time buckets start at 0.3 s. 40 requests, all queued ≤ 0.3 s, mean 1.2 ms
@@ -60,6 +64,7 @@ fn first_bucket_quantiles_are_upper_bounds_everywhere() {
             o.id,
             o.observed
         );
+        assert_eq!(o.bound, Bound::Upper, "{}", o.id);
         assert!(o.reason.contains(UPPER_BOUND_ONLY), "{}", o.reason);
         assert!(!o.reason.contains("0.285"), "{}", o.reason);
     }
@@ -73,6 +78,7 @@ fn first_bucket_quantiles_are_upper_bounds_everywhere() {
     ] {
         let f = figs.iter().find(|f| f.name == name).unwrap();
         assert!(close(f.value, bound), "{name}: {}", f.value);
+        assert_eq!(f.bound, Bound::Upper, "{name}");
         assert!(
             f.source.starts_with(UPPER_BOUND_ONLY) && f.source.contains("capped by _sum"),
             "{name}: {}",
@@ -87,6 +93,7 @@ fn first_bucket_quantiles_are_upper_bounds_everywhere() {
         t.value
     );
     assert!(!t.source.starts_with(UPPER_BOUND_ONLY));
+    assert_eq!(t.bound, Bound::Exact);
 }
 
 #[test]
@@ -110,6 +117,7 @@ fn too_few_observations_stay_inconclusive_even_in_the_first_bucket() {
     // (capped by _sum: the p99.9 rank is the 40th observation, at most the whole 0.048 s)
     let observed = a.objectives[0].observed.unwrap();
     assert!((observed - 0.048).abs() < 1e-6, "{observed}");
+    assert_eq!(a.objectives[0].bound, Bound::Upper);
     assert!(
         a.objectives[0].reason.contains(UPPER_BOUND_ONLY),
         "{}",

@@ -550,9 +550,11 @@ fn sweep_levels_give_advice_that_holds_at_any_level() {
         );
         // The finding only where an ITL or E2E objective fails or reaches 0.8 of its threshold.
         let at_stake = a.objectives.iter().any(|o| {
-            (o.id.starts_with("itl") || o.id.starts_with("e2e"))
-                && (o.verdict == headroom_core::Verdict::Fail
-                    || o.observed.is_some_and(|v| v >= 0.8 * o.threshold))
+            matches!(
+                o.id.signal(),
+                Some(headroom_core::LatencySignal::Itl | headroom_core::LatencySignal::E2e)
+            ) && (o.verdict == headroom_core::Verdict::Fail
+                || o.observed.is_some_and(|v| v >= 0.8 * o.threshold))
         });
         if !at_stake {
             assert!(!ids.contains(&"decode_dominated"), "{clients}: {ids:?}");

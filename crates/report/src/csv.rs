@@ -97,8 +97,8 @@ fn row(phase: &str, l: &LevelResult) -> Vec<String> {
     r.push(fig("preemptions"));
     r.push(format!("{:.3}", l.client.cpu_per_chunk_us));
     r.push(format!("{:.3}", l.client.send_lag_p99_s * 1e3));
-    r.push(l.failed_objectives().join(" "));
-    r.push(l.inconclusive_objectives().join(" "));
+    r.push(crate::join_ids(&l.failed_objectives(), " "));
+    r.push(crate::join_ids(&l.inconclusive_objectives(), " "));
     r
 }
 

@@ -14,6 +14,7 @@
 //! `watch[]`) and `notes[]`. Several windows (every level of a run directory) are an array of
 //! such objects.
 
+use headroom_core::objective::Unit;
 use headroom_core::slo::{fmt_duration_s, fmt_num};
 use headroom_diagnose::Assessment;
 use serde::Serialize;
@@ -69,13 +70,11 @@ pub fn fmt_value(value: f64, unit: &str) -> String {
     }
 }
 
-/// An objective's value in its unit ([`crate::objective_unit`]): a ratio as percent, seconds
-/// as a duration, an objective of no known kind as a bare number.
-fn fmt_objective(id: &str, v: f64) -> String {
-    match crate::objective_unit(id) {
-        crate::ObjectiveUnit::Ratio => format!("{} %", fmt_num(v * 100.0)),
-        crate::ObjectiveUnit::Seconds => fmt_duration_s(v),
-        crate::ObjectiveUnit::Plain => fmt_num(v),
+/// An objective's value in its unit: a ratio as percent, seconds as a duration.
+fn fmt_objective(unit: Unit, v: f64) -> String {
+    match unit {
+        Unit::Ratio => format!("{} %", fmt_num(v * 100.0)),
+        Unit::Seconds => fmt_duration_s(v),
     }
 }
 
@@ -165,7 +164,7 @@ fn deciding(a: &Assessment) -> Option<String> {
     }?;
     let observed = o
         .observed
-        .map(|v| format!("observed {}", fmt_objective(&o.id, v)))
+        .map(|v| format!("observed {}", fmt_objective(o.unit(), v)))
         .unwrap_or_else(|| "no figure".into());
     let how = match o.verdict {
         Verdict::Fail => "breached by",
@@ -228,7 +227,7 @@ pub fn terminal(d: &Diagnosis) -> String {
         rows.push(vec![
             ob.description.clone(),
             ob.observed
-                .map(|v| fmt_objective(&ob.id, v))
+                .map(|v| fmt_objective(ob.unit(), v))
                 .unwrap_or_else(|| "n/a".into()),
             ob.verdict.as_str().to_owned(),
             ob.samples.to_string(),
@@ -253,7 +252,7 @@ pub fn terminal(d: &Diagnosis) -> String {
         // `server_ttft_p95_s`).
         let judged = |name: &str| {
             a.objectives.iter().any(|ob| {
-                let kind = headroom_diagnose::rules::objective_kind(&ob.id);
+                let kind = ob.id.kind;
                 name == format!("{kind}_s") || name == format!("server_{kind}_s")
             })
         };
@@ -355,7 +354,7 @@ fn view_rows(a: &Assessment) -> Option<Vec<Vec<String>>> {
             "{} {}",
             r.verdict.as_str(),
             r.observed
-                .map(|v| fmt_objective(&r.id, v))
+                .map(|v| fmt_objective(r.unit(), v))
                 .unwrap_or_else(|| "n/a".into())
         )
     };
@@ -423,7 +422,7 @@ pub fn markdown(d: &Diagnosis) -> String {
             "| {} | {} | {} | {} | {} |\n",
             esc(&ob.description),
             ob.observed
-                .map(|v| fmt_objective(&ob.id, v))
+                .map(|v| fmt_objective(ob.unit(), v))
                 .unwrap_or_else(|| "n/a".into()),
             ob.verdict.as_str(),
             ob.samples,
@@ -552,7 +551,9 @@ mod tests {
                 refused: vec![],
                 objectives: vec![ObjectiveResult {
                     share: None,
-                    id: "ttft_p95".into(),
+                    bound: Default::default(),
+                    source: None,
+                    id: crate::testdata::id("ttft_p95"),
                     description: "TTFT p95 < 300 ms".into(),
                     threshold: 0.3,
                     observed: Some(0.8125),
@@ -569,12 +570,14 @@ mod tests {
                             value: 1.074,
                             unit: "s".into(),
                             source: "vllm:request_queue_time_seconds".into(),
+                            bound: Default::default(),
                         },
                         Figure {
                             name: "queue_share_of_ttft".into(),
                             value: 0.9,
                             unit: "ratio".into(),
                             source: "derived".into(),
+                            bound: Default::default(),
                         },
                     ],
                     remarks: vec!["queueing dominates".into()],
@@ -605,10 +608,9 @@ mod tests {
 
     #[test]
     fn values_by_unit() {
-        assert_eq!(fmt_objective("error_rate", 0.02), "2 %");
-        assert_eq!(fmt_objective("chat/error_rate", 0.0), "0 %");
-        assert_eq!(fmt_objective("chat/ttft_p95", 0.3), "300 ms");
-        assert_eq!(fmt_objective("goodput_min", 2.5), "2.5");
+        assert_eq!(fmt_objective(Unit::Ratio, 0.02), "2 %");
+        assert_eq!(fmt_objective(Unit::Ratio, 0.0), "0 %");
+        assert_eq!(fmt_objective(Unit::Seconds, 0.3), "300 ms");
         assert_eq!(fmt_value(0.8125, "s"), "812 ms");
         assert_eq!(fmt_value(0.9, "ratio"), "90 %");
         assert_eq!(fmt_value(12.0, "requests"), "12 requests");

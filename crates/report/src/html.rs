@@ -73,9 +73,9 @@ fn threshold_for(p: &PhaseResult, signal: &str) -> Option<f64> {
         .levels
         .iter()
         .flat_map(|l| l.objectives.iter())
-        .filter(|o| {
-            let base = crate::objective_base_id(&o.id);
-            base == signal || crate::latency_objective(base).is_some_and(|(s, _)| s == signal)
+        .filter(|o| match o.id.signal() {
+            Some(s) => s.name() == signal,
+            None => o.id.kind.to_string() == signal,
         })
         .map(|o| o.threshold);
     let first = ts.next()?;
@@ -241,7 +241,7 @@ mod tests {
         for o in &mut l.objectives {
             o.verdict = headroom_core::Verdict::Fail;
         }
-        let ids: Vec<String> = l.objectives.iter().map(|o| o.id.clone()).collect();
+        let ids: Vec<String> = l.objectives.iter().map(|o| o.id.to_string()).collect();
         assert!(!ids.is_empty());
         let s = super::render(&run);
         let row = format!(

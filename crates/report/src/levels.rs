@@ -3,6 +3,7 @@
 //! throughput columns come from (the engine's counters over its scrapes, or the client's count).
 //! Nothing here computes a statistic: it picks recorded figures and reads recorded times.
 
+use headroom_core::LatencySignal;
 use headroom_core::run::{LatencySummary, LevelResult, PhaseResult};
 
 /// The percentiles a phase's objectives judge on `signal` (`ttft`, `itl`, `tpot`, `e2e`, as
@@ -12,8 +13,8 @@ use headroom_core::run::{LatencySummary, LevelResult, PhaseResult};
 pub fn objective_percentiles(p: &PhaseResult, signal: &str) -> Vec<f64> {
     let mut out: Vec<f64> = Vec::new();
     for o in p.levels.iter().flat_map(|l| l.objectives.iter()) {
-        if let Some((s, pct)) = crate::latency_objective(&o.id)
-            && s == signal
+        if let Some(pct) = o.id.percentile()
+            && o.id.signal().map(LatencySignal::name) == Some(signal)
             && !out.contains(&pct)
         {
             out.push(pct);
@@ -65,7 +66,11 @@ pub fn latency_at(l: &LevelResult, signal: &str, pct: f64) -> Option<f64> {
     from_summary.or_else(|| {
         l.objectives
             .iter()
-            .find(|o| crate::latency_objective(&o.id) == Some((signal, pct)) && !o.id.contains('/'))
+            .find(|o| {
+                o.id.class().is_none()
+                    && o.id.signal().map(LatencySignal::name) == Some(signal)
+                    && o.id.percentile() == Some(pct)
+            })
             .and_then(|o| o.observed)
     })
 }
@@ -160,9 +165,9 @@ mod tests {
         assert_eq!(objective_percentiles(p, "ttft"), vec![95.0]);
         // No objective on E2E: the usual p95.
         assert_eq!(objective_percentiles(p, "e2e"), vec![95.0]);
-        p.levels[0].objectives[0].id = "a/ttft_p99".into();
-        p.levels[1].objectives[0].id = "b/ttft_p99.9".into();
-        p.levels[2].objectives[0].id = "e2e_p90".into();
+        p.levels[0].objectives[0].id = crate::testdata::id("a/ttft_p99");
+        p.levels[1].objectives[0].id = crate::testdata::id("b/ttft_p99.9");
+        p.levels[2].objectives[0].id = crate::testdata::id("e2e_p90");
         assert_eq!(objective_percentiles(p, "ttft"), vec![99.0, 99.9]);
         assert_eq!(objective_percentiles(p, "e2e"), vec![90.0]);
         assert_eq!(percentile_header("ttft", 99.9), "TTFT p99.9");
@@ -177,11 +182,11 @@ mod tests {
         assert_eq!(latency_at(&l, "ttft", 95.0), Some(0.2));
         assert_eq!(latency_at(&l, "ttft", 99.0), Some(0.2 * 1.2));
         assert_eq!(latency_at(&l, "ttft", 99.9), None);
-        l.objectives[0].id = "ttft_p99.9".into();
+        l.objectives[0].id = crate::testdata::id("ttft_p99.9");
         l.objectives[0].observed = Some(0.31);
         assert_eq!(latency_at(&l, "ttft", 99.9), Some(0.31));
         // A class's objective is not the whole mix's figure.
-        l.objectives[0].id = "chat/ttft_p99.9".into();
+        l.objectives[0].id = crate::testdata::id("chat/ttft_p99.9");
         assert_eq!(latency_at(&l, "ttft", 99.9), None);
         // An empty histogram has no percentiles.
         l.latency.get_mut("ttft").unwrap().count = 0;

@@ -12,6 +12,7 @@ pub mod markdown;
 pub mod remote_write;
 pub mod terminal;
 
+use headroom_core::objective::Unit;
 use headroom_core::run::RunResult;
 use headroom_core::run_dir::{LEVELS_CSV, REPORT_MD, RESULTS, RunDir};
 use std::path::Path;
@@ -132,85 +133,43 @@ pub fn fmt_load(load: f64, mode: headroom_core::run::LoadMode) -> String {
     format!("{} {}", headroom_core::slo::fmt_num(load), mode.unit())
 }
 
-/// The unit of an objective's threshold and observed value, read from its id: the id's last
-/// `/`-separated part (a mix phase prefixes each class's objectives with the class,
-/// `claims_assistant/error_rate`) is `error_rate` (a 0–1 ratio, `headroom_core::slo::Objective::
-/// ErrorRate`) or `<signal>_p<percentile>` with a `headroom_core::LatencySignal` name (seconds,
-/// `Objective::Latency`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ObjectiveUnit {
-    /// A 0–1 ratio, shown as percent.
-    Ratio,
-    /// Seconds, shown as a duration (`µs`, `ms`, `s`).
-    Seconds,
-    /// An id of no known kind: the bare number, with no unit rather than a wrong one.
-    Plain,
+/// Objective ids as written (`ttft_p95`, `chat/error_rate`), joined with `sep`.
+pub(crate) fn join_ids(ids: &[&headroom_core::objective::ObjectiveId], sep: &str) -> String {
+    ids.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(sep)
 }
 
-/// The unit of the objective with id `id` (see [`ObjectiveUnit`]).
-pub fn objective_unit(id: &str) -> ObjectiveUnit {
-    let base = objective_base_id(id);
-    if base == "error_rate" {
-        ObjectiveUnit::Ratio
-    } else if latency_objective(base).is_some() {
-        ObjectiveUnit::Seconds
-    } else {
-        ObjectiveUnit::Plain
-    }
-}
-
-/// An objective id without the class prefix a mix phase gives it (`claims_assistant/ttft_p95`
-/// → `ttft_p95`).
-pub fn objective_base_id(id: &str) -> &str {
-    id.rsplit('/').next().unwrap_or(id)
-}
-
-/// `(signal name, percentile)` of a latency objective's id (`ttft_p99.9` → `("ttft", 99.9)`,
-/// class prefix allowed), `None` for any other id. The signal must be one of
-/// `headroom_core::LatencySignal`'s names, as `slo.yaml` writes them.
-pub fn latency_objective(id: &str) -> Option<(&str, f64)> {
-    let (signal, pct) = objective_base_id(id).rsplit_once("_p")?;
-    let pct: f64 = pct.parse().ok().filter(|p: &f64| *p > 0.0 && *p < 100.0)?;
-    // The signal's serde name is its slo.yaml name; parsing it this way follows every variant.
-    serde_json::from_value::<headroom_core::LatencySignal>(serde_json::Value::String(
-        signal.to_string(),
-    ))
-    .ok()?;
-    Some((signal, pct))
-}
-
-/// Formats an objective's value in its unit ([`objective_unit`]): seconds as a duration, error
-/// ratios as percent, anything else as a bare number.
-pub fn fmt_objective_value(id: &str, v: f64) -> String {
-    match objective_unit(id) {
-        ObjectiveUnit::Ratio => format!("{}%", headroom_core::slo::fmt_num(v * 100.0)),
-        ObjectiveUnit::Seconds => headroom_core::slo::fmt_duration_s(v),
-        ObjectiveUnit::Plain => headroom_core::slo::fmt_num(v),
+/// Formats an objective's value in its `unit`: seconds as a duration, error ratios as percent.
+pub fn fmt_objective_value(unit: Unit, v: f64) -> String {
+    match unit {
+        Unit::Ratio => format!("{}%", headroom_core::slo::fmt_num(v * 100.0)),
+        Unit::Seconds => headroom_core::slo::fmt_duration_s(v),
     }
 }
 
 /// An observed value printed beside its threshold: as [`fmt_objective_value`], with more
 /// decimals when the usual rounding would print the threshold itself (`ITL p95 < 50 ms
 /// (observed 50 ms)` for 50.04 ms reads as a pass; it prints `50.04 ms`).
-pub fn fmt_observed(id: &str, v: f64, threshold: f64) -> String {
-    let plain = fmt_objective_value(id, v);
-    if v == threshold || plain != fmt_objective_value(id, threshold) {
+pub fn fmt_observed(unit: Unit, v: f64, threshold: f64) -> String {
+    let plain = fmt_objective_value(unit, v);
+    if v == threshold || plain != fmt_objective_value(unit, threshold) {
         return plain;
     }
     // The value and threshold in the unit fmt_objective_value chose, with 2 to 6 decimals
     // until they differ.
-    let (scale, unit) = match objective_unit(id) {
-        ObjectiveUnit::Ratio => (100.0, "%"),
-        ObjectiveUnit::Plain => (1.0, ""),
-        ObjectiveUnit::Seconds if v >= 1.0 => (1.0, " s"),
-        ObjectiveUnit::Seconds if v >= 1e-3 => (1e3, " ms"),
-        ObjectiveUnit::Seconds => (1e6, " µs"),
+    let (scale, suffix) = match unit {
+        Unit::Ratio => (100.0, "%"),
+        Unit::Seconds if v >= 1.0 => (1.0, " s"),
+        Unit::Seconds if v >= 1e-3 => (1e3, " ms"),
+        Unit::Seconds => (1e6, " µs"),
     };
     let (scaled, t) = (v * scale, threshold * scale);
     for d in 2..=6 {
         let (a, b) = (format!("{scaled:.d$}"), format!("{t:.d$}"));
         if a != b {
-            return format!("{a}{unit}");
+            return format!("{a}{suffix}");
         }
     }
     plain
@@ -218,26 +177,25 @@ pub fn fmt_observed(id: &str, v: f64, threshold: f64) -> String {
 
 #[cfg(test)]
 mod observed_tests {
+    use headroom_core::objective::Unit::{Ratio, Seconds};
+
     #[test]
     fn an_observed_value_never_prints_as_its_threshold() {
         use super::fmt_observed as f;
-        assert_eq!(f("itl_p95", 0.05004, 0.05), "50.04 ms");
-        assert_eq!(f("itl_p95", 0.0500004, 0.05), "50.0004 ms");
-        assert_eq!(f("itl_p95", 0.0523, 0.05), "52.3 ms");
-        assert_eq!(f("itl_p95", 0.05, 0.05), "50 ms");
-        assert_eq!(f("ttft_p95", 1.0004, 1.0), "1.0004 s");
-        assert_eq!(f("error_rate", 0.005001, 0.005), "0.5001%");
-        assert_eq!(f("error_rate", 0.02, 0.005), "2%");
-        // A mix phase's class objectives keep their kind's unit.
-        assert_eq!(f("chat/error_rate", 0.005001, 0.005), "0.5001%");
-        assert_eq!(f("chat/error_rate", 0.0, 0.005), "0%");
-        assert_eq!(f("chat/itl_p95", 0.05004, 0.05), "50.04 ms");
-        assert_eq!(f("goodput_min", 3.0004, 3.0), "3.0004");
+        assert_eq!(f(Seconds, 0.05004, 0.05), "50.04 ms");
+        assert_eq!(f(Seconds, 0.0500004, 0.05), "50.0004 ms");
+        assert_eq!(f(Seconds, 0.0523, 0.05), "52.3 ms");
+        assert_eq!(f(Seconds, 0.05, 0.05), "50 ms");
+        assert_eq!(f(Seconds, 1.0004, 1.0), "1.0004 s");
+        assert_eq!(f(Ratio, 0.005001, 0.005), "0.5001%");
+        assert_eq!(f(Ratio, 0.02, 0.005), "2%");
+        assert_eq!(f(Ratio, 0.0, 0.005), "0%");
     }
 
+    /// Every id form, with or without a class, prints in its kind's unit.
     #[test]
     fn objective_units_by_kind_with_or_without_a_class() {
-        use super::{ObjectiveUnit::*, fmt_objective_value as v, objective_unit as u};
+        use super::fmt_objective_value as v;
         for (id, unit) in [
             ("error_rate", Ratio),
             ("long_context/error_rate", Ratio),
@@ -248,18 +206,15 @@ mod observed_tests {
             ("queue_time_p95", Seconds),
             ("a/b/queue_time_p95", Seconds),
             ("claims/queue_time_p99.99", Seconds),
-            ("goodput_min", Plain),
-            ("bogus_p95", Plain),
-            ("ttft_p", Plain),
-            ("ttft_p100", Plain),
         ] {
-            assert_eq!(u(id), unit, "{id}");
+            let id: headroom_core::objective::ObjectiveId =
+                serde_json::from_value(serde_json::json!(id)).unwrap();
+            assert_eq!(id.unit(), unit, "{id}");
         }
-        assert_eq!(v("claims_assistant/error_rate", 0.0), "0%");
-        assert_eq!(v("claims_assistant/error_rate", 0.005), "0.5%");
-        assert_eq!(v("claims_assistant/ttft_p95", 0.0788), "78.8 ms");
-        assert_eq!(v("long_context/queue_time_p95", 2.48), "2.48 s");
-        assert_eq!(v("goodput_min", 2.5), "2.5");
+        assert_eq!(v(Ratio, 0.0), "0%");
+        assert_eq!(v(Ratio, 0.005), "0.5%");
+        assert_eq!(v(Seconds, 0.0788), "78.8 ms");
+        assert_eq!(v(Seconds, 2.48), "2.48 s");
     }
 }
 
@@ -345,9 +300,15 @@ mod write_tests {
 
 #[cfg(test)]
 pub(crate) mod testdata {
+    use headroom_core::objective::ObjectiveId;
     use headroom_core::run::*;
     use headroom_core::verdict::*;
     use std::collections::BTreeMap;
+
+    /// The id `results.json` writes as `text`.
+    pub fn id(text: &str) -> ObjectiveId {
+        serde_json::from_value(serde_json::json!(text)).unwrap()
+    }
 
     pub fn level(load: f64, ttft_p95: f64, verdict: Verdict) -> LevelResult {
         let mut latency = BTreeMap::new();
@@ -381,7 +342,9 @@ pub(crate) mod testdata {
             tokens: TokenCounts::default(),
             objectives: vec![ObjectiveResult {
                 share: None,
-                id: "ttft_p95".into(),
+                bound: Default::default(),
+                source: None,
+                id: id("ttft_p95"),
                 description: "TTFT p95 < 300 ms".into(),
                 threshold: 0.3,
                 observed: Some(ttft_p95),
@@ -413,7 +376,7 @@ pub(crate) mod testdata {
                 ],
                 capacity: Some(8.0),
                 first_fail: Some(16.0),
-                first_breach: Some("ttft_p95".into()),
+                first_breach: Some(id("ttft_p95")),
                 capacity_band: None,
                 search_note: "bracketed".into(),
             }],

@@ -91,8 +91,8 @@ fn phase(o: &mut String, p: &PhaseResult) {
             l.output_tokens_per_s,
             rates_from(l),
             lat.join(" | "),
-            l.failed_objectives().join(", "),
-            l.inconclusive_objectives().join(", ")
+            crate::join_ids(&l.failed_objectives(), ", "),
+            crate::join_ids(&l.inconclusive_objectives(), ", ")
         ));
     }
     o.push_str(&format!("\n{}\n", crate::levels::RATES_NOTE));
@@ -119,7 +119,7 @@ fn level_detail(o: &mut String, l: &LevelResult) {
             "| {} | {} | {} | {} | {} |\n",
             esc(&ob.description),
             ob.observed
-                .map(|v| crate::fmt_observed(&ob.id, v, ob.threshold))
+                .map(|v| crate::fmt_observed(ob.unit(), v, ob.threshold))
                 .unwrap_or_else(|| "–".into()),
             ob.verdict.as_str(),
             ob.samples,

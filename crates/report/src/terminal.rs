@@ -38,7 +38,7 @@ pub fn render(run: &RunResult) -> String {
                             "{} (observed {}) at {}",
                             o.description,
                             o.observed
-                                .map(|v| crate::fmt_observed(&o.id, v, o.threshold))
+                                .map(|v| crate::fmt_observed(o.unit(), v, o.threshold))
                                 .unwrap_or_else(|| "n/a".into()),
                             fmt_load(f, p.mode)
                         ),
@@ -51,7 +51,7 @@ pub fn render(run: &RunResult) -> String {
                             o.reason
                         ),
                     })
-                    .unwrap_or_else(|| b.clone()),
+                    .unwrap_or_else(|| b.to_string()),
                 (None, Some(f)) => format!("inconclusive at {}", fmt_load(f, p.mode)),
                 _ => "none broke".into(),
             };
@@ -62,8 +62,8 @@ pub fn render(run: &RunResult) -> String {
                     format!(
                         "{} {} against {}, {}×",
                         h.objective,
-                        crate::fmt_observed(&h.objective, h.observed, h.threshold),
-                        fmt_objective_value(&h.objective, h.threshold),
+                        crate::fmt_observed(h.objective.unit(), h.observed, h.threshold),
+                        fmt_objective_value(h.objective.unit(), h.threshold),
                         fmt_ratio(h.ratio)
                     )
                 })
@@ -103,9 +103,9 @@ pub fn render(run: &RunResult) -> String {
                 "\n{}: at {}: {} {} against {}, {}× headroom",
                 p.name,
                 fmt_load(h.load, p.mode),
-                h.description.split(" < ").next().unwrap_or(&h.objective),
-                crate::fmt_observed(&h.objective, h.observed, h.threshold),
-                fmt_objective_value(&h.objective, h.threshold),
+                h.description.split(" < ").next().unwrap_or_default(),
+                crate::fmt_observed(h.objective.unit(), h.observed, h.threshold),
+                fmt_objective_value(h.objective.unit(), h.threshold),
                 fmt_ratio(h.ratio)
             ));
         }
@@ -143,12 +143,12 @@ fn uncertainty_line(p: &PhaseResult) -> Option<String> {
             Some(lo) => format!("{}–{}", fmt_num(lo), fmt_load(cap, p.mode)),
             None => format!("at most {}", fmt_load(cap, p.mode)),
         };
-        let sig = o.description.split(" < ").next().unwrap_or(&o.id);
+        let sig = o.description.split(" < ").next().unwrap_or_default();
         let fail = band
             .high
             .map(|h| format!("; certain FAIL at {}", fmt_load(h, p.mode)))
             .unwrap_or_default();
-        let thr = fmt_objective_value(&o.id, o.threshold);
+        let thr = fmt_objective_value(o.unit(), o.threshold);
         let at = fmt_load(cap, p.mode);
         // Too few samples to be sure of a clear figure, or a figure at the threshold itself:
         // the first a longer window settles, the second no window will.

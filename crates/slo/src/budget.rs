@@ -29,6 +29,7 @@ use crate::promql::fmt_float;
 use crate::sli::{self, Sli, SliOptions};
 use crate::tiers::{self, BurnTier, Severity, TierSpec};
 use crate::{Rendered, SloError};
+use headroom_core::objective::ObjectiveId;
 use headroom_core::slo::SloFile;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -56,7 +57,7 @@ pub struct ObjectiveEvents {
     /// Class name.
     pub class: String,
     /// Objective id (`ttft_p95`, `error_rate`).
-    pub objective: String,
+    pub objective: ObjectiveId,
     /// Human form (`TTFT p95 < 250 ms`).
     pub description: String,
     /// Error budget `1 − target`, in (0, 1).
@@ -169,7 +170,7 @@ pub struct BudgetStatus {
     /// Class name.
     pub class: String,
     /// Objective id.
-    pub objective: String,
+    pub objective: ObjectiveId,
     /// Human form.
     pub description: String,
     /// Target share of good events.
@@ -660,7 +661,7 @@ mod tests {
         };
         ObjectiveEvents {
             class: "chat".into(),
-            objective: "ttft_p95".into(),
+            objective: serde_json::from_str("\"ttft_p95\"").unwrap(),
             description: "TTFT p95 < 250 ms".into(),
             budget,
             period: EventCounts {

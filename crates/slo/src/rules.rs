@@ -226,7 +226,7 @@ pub fn rule_file(slo: &SloFile, opts: &RulesOptions) -> Result<(RuleFile, Vec<St
                 &opts.labels,
                 &[
                     ("slo_class", s.class.clone()),
-                    ("slo_objective", s.objective.id()),
+                    ("slo_objective", s.objective.id().to_string()),
                 ],
             );
             let (bad, total) = s.rates(EVENTS_WINDOW);
@@ -406,7 +406,7 @@ fn sel_of(s: &Sli) -> String {
     format!(
         "{{slo_class={},slo_objective={}}}",
         quote(&s.class),
-        quote(&s.objective.id())
+        quote(&s.objective.id().to_string())
     )
 }
 
@@ -495,7 +495,7 @@ fn burn_alert(
             ("burn_factor", fmt_float(t.factor)),
             ("exhaustion", t.exhaustion(period_s)),
             ("slo_class", template_literal(&s.class)),
-            ("slo_objective", s.objective.id()),
+            ("slo_objective", s.objective.id().to_string()),
         ],
     );
     let mut ann = BTreeMap::new();
@@ -720,7 +720,7 @@ fn absent_alert(s: &Sli, for_: &str, opts: &RulesOptions) -> Rule {
             &[
                 ("severity", "ticket".into()),
                 ("slo_class", template_literal(&s.class)),
-                ("slo_objective", s.objective.id()),
+                ("slo_objective", s.objective.id().to_string()),
             ],
         ),
         annotations: ann,

@@ -29,6 +29,7 @@
 //! first, so a regression names the phase that moved (queue, prefill, decode, KV, preemptions).
 
 use crate::run_dir::{ReadError, Run};
+use headroom_core::objective::ObjectiveId;
 use headroom_core::run::{CapacityBand, LevelResult, LoadMode, PhaseResult};
 use headroom_core::slo::{Objective, SloFile};
 use headroom_core::{LatencySignal, Verdict};
@@ -407,7 +408,7 @@ fn upper_tail(x: f64) -> f64 {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LatencyComparison {
     /// Objective id as the sweep wrote it (`ttft_p95`, `chat/ttft_p95` in a mix).
-    pub id: String,
+    pub id: ObjectiveId,
     /// Percentile (95 for p95).
     pub percentile: f64,
     /// The objective's threshold, seconds.
@@ -648,7 +649,7 @@ impl Decision {
 pub(crate) fn latency_objectives(
     slo: &SloFile,
     phase: &PhaseResult,
-) -> Vec<(String, String, LatencySignal, f64, f64)> {
+) -> Vec<(ObjectiveId, String, LatencySignal, f64, f64)> {
     let mix = phase.classes.len() > 1;
     let mut out = Vec::new();
     for (class, _) in &phase.classes {
@@ -660,11 +661,7 @@ pub(crate) fn latency_objectives(
             } = o
             {
                 // Queue time comes from the engine or per-request metrics, not always recorded.
-                let id = if mix {
-                    format!("{class}/{}", o.id())
-                } else {
-                    o.id()
-                };
+                let id = if mix { o.id().in_class(class) } else { o.id() };
                 out.push((id, class.clone(), signal, percentile, threshold_s));
             }
         }
@@ -823,10 +820,8 @@ pub fn compare(a: &Run, b: &Run, gate: &Gate) -> Result<Comparison, CompareError
             pending.push(Pending { phase: pa, la, lb });
         }
     }
-    let gated_ids = |id: &str| {
-        let bare = id.rsplit('/').next().unwrap_or(id);
-        gate.max_latency_increase.get(bare).copied()
-    };
+    // The gate names objectives as `--max-latency-increase` wrote them, for every class.
+    let gated_ids = |id: &ObjectiveId| gate.max_latency_increase.get(&id.kind.to_string()).copied();
     let n_gated: usize = pending
         .iter()
         .filter(|p| p.la.verdict == Verdict::Pass)

@@ -10,6 +10,7 @@
 //! crate); this module only applies it to a [`Comparison`].
 
 use super::compare::{Change, Comparison, Decision};
+use headroom_core::objective::ObjectiveId;
 use serde::Serialize;
 
 /// One objective's error-budget state, as `headroom slo budget` reports it.
@@ -18,7 +19,7 @@ pub struct BudgetObjective {
     /// Class (a phase of the runs of the same name; a mix's rows are `class/objective`).
     pub class: String,
     /// Objective id (`ttft_p95`, `error_rate`).
-    pub objective: String,
+    pub objective: ObjectiveId,
     /// Share of the period's budget consumed (1.0: all of it), when there were events.
     pub consumed: Option<f64>,
     /// The budget's decision in words (`freeze non-essential tuning (provisional: …)`).
@@ -51,21 +52,21 @@ impl BudgetGate {
 }
 
 /// Whether the candidate is strictly better on `objective` of `class`, with the reason.
-fn strictly_better(c: &Comparison, class: &str, objective: &str) -> (bool, String) {
-    let mixed = format!("{class}/{objective}");
+fn strictly_better(c: &Comparison, class: &str, objective: &ObjectiveId) -> (bool, String) {
+    let mixed = objective.clone().in_class(class);
     let rows: Vec<(f64, &str, Change)> = c
         .levels
         .iter()
         .flat_map(|l| {
             l.latency
                 .iter()
-                .filter(|x| (l.phase == class && x.id == objective) || x.id == mixed)
+                .filter(|x| (l.phase == class && x.id == *objective) || x.id == mixed)
                 .map(move |x| (l.load, l.mode.unit(), x.change))
         })
         .collect();
     let f = headroom_core::slo::fmt_num;
     if rows.is_empty() {
-        let why = if objective.starts_with("error_rate") {
+        let why = if objective.is_error_rate() {
             "compare tests no difference of error rates, so the candidate cannot be shown better on it".to_string()
         } else {
             format!("no level both runs measured compares {objective} of {class}")
@@ -148,7 +149,7 @@ mod tests {
                 load: *load,
                 mode: LoadMode::Concurrency,
                 latency: vec![LatencyComparison {
-                    id: "ttft_p95".into(),
+                    id: serde_json::from_str("\"ttft_p95\"").unwrap(),
                     percentile: 95.0,
                     threshold_s: 0.5,
                     before_s: 0.2,
@@ -190,7 +191,7 @@ mod tests {
             freeze_at: 0.5,
             objectives: vec![BudgetObjective {
                 class: "chat".into(),
-                objective: objective.into(),
+                objective: serde_json::from_value(serde_json::json!(objective)).unwrap(),
                 consumed: Some(if past_freeze { 0.6 } else { 0.1 }),
                 state: "freeze non-essential tuning".into(),
                 past_freeze,

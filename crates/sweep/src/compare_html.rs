@@ -13,6 +13,7 @@ use super::compare::{
     latency_objectives,
 };
 use crate::run_dir::Run;
+use headroom_core::objective::ObjectiveId;
 use headroom_core::run::{LevelResult, PhaseResult};
 use headroom_core::slo::fmt_num;
 use std::fmt::Write as _;
@@ -161,18 +162,16 @@ fn row(o: &mut String, attrs: &str, cells: &[&str]) {
 
 /// The objective's percentile at a level, seconds: the sweep's observed figure, else the
 /// client's summary for the percentiles it keeps (p50/p90/p95/p99).
-fn observed(l: &LevelResult, id: &str, pct: f64) -> Option<f64> {
+fn observed(l: &LevelResult, id: &ObjectiveId, pct: f64) -> Option<f64> {
     if let Some(v) = l
         .objectives
         .iter()
-        .find(|o| o.id == id)
+        .find(|o| o.id == *id)
         .and_then(|o| o.observed)
     {
         return Some(v);
     }
-    let bare = id.rsplit('/').next().unwrap_or(id);
-    let signal = bare.rsplit_once("_p").map(|(s, _)| s)?;
-    let s = l.latency.get(signal).filter(|s| s.count > 0)?;
+    let s = l.latency.get(id.signal()?.name()).filter(|s| s.count > 0)?;
     match pct.round() as u32 {
         50 => Some(s.p50_s),
         90 => Some(s.p90_s),
@@ -183,7 +182,7 @@ fn observed(l: &LevelResult, id: &str, pct: f64) -> Option<f64> {
 }
 
 /// (load, seconds) of a phase's levels, ascending by load, finite only.
-fn curve(p: &PhaseResult, id: &str, pct: f64) -> Vec<(f64, f64)> {
+fn curve(p: &PhaseResult, id: &ObjectiveId, pct: f64) -> Vec<(f64, f64)> {
     let mut v: Vec<(f64, f64)> = p
         .levels
         .iter()
@@ -210,7 +209,7 @@ fn chart(
     c: &Comparison,
     pa: &PhaseResult,
     pb: &PhaseResult,
-    id: &str,
+    id: &ObjectiveId,
     pct: f64,
     thr: f64,
 ) -> String {
@@ -225,7 +224,7 @@ fn chart(
         .flat_map(|l| {
             l.latency
                 .iter()
-                .filter(|x| x.id == id)
+                .filter(|x| x.id == *id)
                 .map(|x| (l.load, x.after_ci_s.0, x.after_ci_s.1))
         })
         .filter(|(x, lo, hi)| x.is_finite() && lo.is_finite() && hi.is_finite())
@@ -374,7 +373,7 @@ fn chart(
         .iter()
         .filter(|l| l.phase == pa.name)
         .flat_map(|l| {
-            l.latency.iter().filter(|x| x.id == id).map(move |x| {
+            l.latency.iter().filter(|x| x.id == *id).map(move |x| {
                 format!(
                     "{} {}: {} ({} … {}; {})",
                     fmt_num(l.load),
@@ -397,7 +396,7 @@ fn chart(
         .iter()
         .filter(|l| l.phase == pa.name)
         .flat_map(|l| l.latency.iter())
-        .any(|x| x.id == id && x.change == Change::Worse);
+        .any(|x| x.id == *id && x.change == Change::Worse);
     let _ = writeln!(
         s,
         "<figcaption{}>{}</figcaption>\n</figure>",

@@ -6,6 +6,7 @@
 use super::evaluate::{ClientEvidence, evaluate};
 use super::search::{LevelPlan, Search};
 use super::server_view::{ClientTotals, reconcile, server_view, ttft_remainder};
+use headroom_core::objective::{Bound, ObjectiveId, Source};
 use headroom_core::run::{
     LevelResult, LoadMode, ObjectiveResult, PhaseResult, RESULTS_SCHEMA_VERSION, RunResult,
     RunStatus, ServerView, TokenCounts,
@@ -675,14 +676,16 @@ fn is_server_only(o: &Objective) -> bool {
     )
 }
 
-fn latency_map(c: &ClassRecording) -> BTreeMap<LatencySignal, hdrhistogram::Histogram<u64>> {
+/// The class's histograms by signal, borrowed: the early-stop check builds this about once a
+/// second during a level.
+fn latency_map(c: &ClassRecording) -> BTreeMap<LatencySignal, &hdrhistogram::Histogram<u64>> {
     let mut m = BTreeMap::new();
-    m.insert(LatencySignal::Ttft, c.ttft.clone());
-    m.insert(LatencySignal::Itl, c.itl.clone());
-    m.insert(LatencySignal::Tpot, c.tpot.clone());
-    m.insert(LatencySignal::E2e, c.e2e.clone());
+    m.insert(LatencySignal::Ttft, &c.ttft);
+    m.insert(LatencySignal::Itl, &c.itl);
+    m.insert(LatencySignal::Tpot, &c.tpot);
+    m.insert(LatencySignal::E2e, &c.e2e);
     if !c.queue_time.is_empty() {
-        m.insert(LatencySignal::QueueTime, c.queue_time.clone());
+        m.insert(LatencySignal::QueueTime, &c.queue_time);
     }
     m
 }
@@ -729,7 +732,6 @@ pub(crate) fn client_objectives(
                 per_request
             })
             .collect();
-        let lat = latency_map(c);
         // Errors are counted over every request of the level that ended (warm-up, window and
         // drain): an error is an event of the offered load whenever the request began, it is
         // what the server's counters see, and with answers longer than the window (the
@@ -738,7 +740,7 @@ pub(crate) fn client_objectives(
         // the reports show the objective's figures.
         let outcomes = rec.class_totals.get(i).map_or(&c.outcomes, |t| &t.outcomes);
         let ev = ClientEvidence {
-            latency: &lat,
+            latency: latency_map(c),
             outcomes,
             ttft_censored: Some(&c.ttft_censored_age),
         };
@@ -747,7 +749,7 @@ pub(crate) fn client_objectives(
             .chain(bounded)
         {
             if mix {
-                r.id = format!("{}/{}", plan.name, r.id);
+                r.id = r.id.in_class(&plan.name);
                 r.description = format!("{}: {}", plan.name, r.description);
             }
             out.push(r);
@@ -823,7 +825,7 @@ fn early_stop_check(
             && results.iter().any(|r| {
                 // Every request started in the window gives one TTFT (and queue-time) sample,
                 // although it is recorded when it ends (a long answer's TTFT only then).
-                let per_request = r.id.contains("ttft") || r.id.contains("queue_time");
+                let per_request = one_sample_per_started_request(&r.id);
                 let k = r.share.map_or(r.samples, |s| s.n);
                 let have = if per_request { k.max(rec.started) } else { k };
                 let need = match r.share {
@@ -831,9 +833,7 @@ fn early_stop_check(
                     Some(s) if s.n > 0 && s.bad > 0 => s.samples_to_decide(),
                     // None above the threshold yet (or not recorded yet): the fewest samples
                     // any certain PASS needs (73 for a p95: z²·0.95/0.05).
-                    _ => r
-                        .objective_allowed_share()
-                        .and_then(|a| headroom_core::stats::samples_to_decide(0, 1, a)),
+                    _ => headroom_core::stats::samples_to_decide(0, 1, r.objective_allowed_share()),
                 };
                 r.verdict == Verdict::Inconclusive
                     && need.is_some_and(|need| have < need && need as f64 <= have as f64 * growth)
@@ -845,7 +845,7 @@ fn early_stop_check(
         let el = elapsed.as_secs_f64().max(1e-3);
         !results.iter().any(|r| {
             let need = r.needed_samples();
-            let per_request = r.id.contains("ttft") || r.id.contains("queue_time");
+            let per_request = one_sample_per_started_request(&r.id);
             let n = if per_request {
                 r.samples.max(rec.started)
             } else {
@@ -854,6 +854,15 @@ fn early_stop_check(
             r.verdict == Verdict::Inconclusive && n < need && n as f64 * max_s / el >= need as f64
         })
     })
+}
+
+/// Whether every request started in the window gives the objective one sample, although it is
+/// recorded when the request ends (TTFT and queue time; a long answer's TTFT only then).
+fn one_sample_per_started_request(id: &ObjectiveId) -> bool {
+    matches!(
+        id.signal(),
+        Some(LatencySignal::Ttft | LatencySignal::QueueTime)
+    )
 }
 
 /// Every request's engine queue time is at most its TTFT (TTFT = frontend + queue + prefill), so
@@ -880,13 +889,11 @@ fn queue_bound_by_ttft(
         percentile: *percentile,
         threshold_s: *threshold_s,
     };
-    let mut lat = BTreeMap::new();
-    lat.insert(LatencySignal::Ttft, ttft.clone());
     let none = BTreeMap::new();
     // Requests with no first token after more than the threshold make the bound fail, as
     // they should: their queue time is unknown.
     let ev = ClientEvidence {
-        latency: &lat,
+        latency: BTreeMap::from([(LatencySignal::Ttft, ttft)]),
         outcomes: &none,
         ttft_censored,
     };
@@ -898,6 +905,9 @@ fn queue_bound_by_ttft(
         description: o.describe(),
         threshold: *threshold_s,
         observed: None,
+        bound: Bound::Exact,
+        // The client's TTFT is the evidence.
+        source: Some(Source::Client),
         verdict: Verdict::Pass,
         samples: r.samples,
         reason: format!(
@@ -945,7 +955,7 @@ fn mix_engine_spec(
 ) -> SloSpec {
     let judged_by_every_class = |o: &Objective| {
         plans.iter().all(|p| {
-            let id = format!("{}/{}", p.name, o.id());
+            let id = o.id().in_class(&p.name);
             client_rows.iter().any(|r| r.id == id)
         })
     };
@@ -972,9 +982,10 @@ fn overruled_bounds(
         .iter()
         .filter(|o| is_server_only(o) && !rows.iter().any(|r| r.id == o.id()))
         .filter_map(|o| {
-            let suffix = format!("/{}", o.id());
-            let bounds: Vec<&ObjectiveResult> =
-                rows.iter().filter(|r| r.id.ends_with(&suffix)).collect();
+            let bounds: Vec<&ObjectiveResult> = rows
+                .iter()
+                .filter(|r| r.id.class().is_some() && r.id.is(o))
+                .collect();
             headroom_diagnose::engine_overrules_bounds(w, o, &bounds, started_before_window)
         })
         .collect()
@@ -1184,13 +1195,11 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
             }
             // Server-only objectives stay INCONCLUSIVE (evaluate's answer without server data).
             for o in j.spec.objectives.iter().filter(|o| is_server_only(o)) {
-                let judged = objectives
-                    .iter()
-                    .any(|x| x.id == o.id() || x.id.ends_with(&format!("/{}", o.id())));
+                let judged = objectives.iter().any(|x| x.id.is(o));
                 if !judged {
-                    let (lat, out) = (BTreeMap::new(), BTreeMap::new());
+                    let out = BTreeMap::new();
                     let none = ClientEvidence {
-                        latency: &lat,
+                        latency: BTreeMap::new(),
                         outcomes: &out,
                         ttft_censored: None,
                     };
@@ -1206,9 +1215,12 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
     let window_s = rec.window_s.max(1e-9);
     // Only worth a warning when an objective needs finished requests (TPOT, E2E); otherwise the
     // level's table simply has no TPOT/E2E figures.
-    let needs_finished = objectives
-        .iter()
-        .any(|o| o.id.contains("tpot_") || o.id.contains("e2e_"));
+    let needs_finished = objectives.iter().any(|o| {
+        matches!(
+            o.id.signal(),
+            Some(LatencySignal::Tpot | LatencySignal::E2e)
+        )
+    });
     if needs_finished && total.started_in_window() > 0 && total.tokens.output_realised == 0 {
         warnings.push(
             "no request of the window finished within the window and its drain (answers outlast it): TPOT and E2E are not measured; lengthen --measure for them".to_string()
@@ -1289,7 +1301,8 @@ fn judge_level(j: JudgeInput<'_>) -> LevelResult {
 /// 285 ms for requests that waited 2 ms. Such an observation is withheld (no headroom is claimed)
 /// and the reason says what is known.
 fn first_bucket_observation(o: &mut ObjectiveResult, w: &Window) {
-    if !o.id.starts_with("queue_time_p") || o.reason.contains("per-request") {
+    // Per-request queue times are exact; only the histogram's figure is a bucket bound.
+    if o.id.signal() != Some(LatencySignal::QueueTime) || o.bound.is_exact() {
         return;
     }
     let Some(h) = w.histogram(headroom_signals::Signal::QueueTime) else {
@@ -1302,6 +1315,8 @@ fn first_bucket_observation(o: &mut ObjectiveResult, w: &Window) {
         && v <= first
     {
         o.observed = None;
+        // No figure, so nothing it bounds.
+        o.bound = Bound::Exact;
         o.reason = format!(
             "{}; every observation at this percentile lies in the first bucket (≤ {} s), so the engine's histogram gives no finer figure (mean {})",
             o.reason,
@@ -1698,7 +1713,9 @@ pub(crate) mod tests {
         };
         let row = |id: &str, v: Verdict| ObjectiveResult {
             share: None,
-            id: id.into(),
+            bound: Bound::Exact,
+            source: None,
+            id: serde_json::from_value(serde_json::json!(id)).unwrap(),
             description: String::new(),
             threshold: 0.3,
             observed: None,
@@ -1728,7 +1745,9 @@ pub(crate) mod tests {
             .iter()
             .map(|(id, v)| ObjectiveResult {
                 share: None,
-                id: (*id).into(),
+                bound: Default::default(),
+                source: None,
+                id: serde_json::from_value(serde_json::json!(id)).unwrap(),
                 description: (*id).into(),
                 threshold: 0.3,
                 observed: Some(0.1),

@@ -8,15 +8,18 @@
 //! here it stays INCONCLUSIVE (the answer when the server's metrics are unavailable).
 
 use hdrhistogram::Histogram;
+use headroom_core::objective::Source;
 use headroom_core::run::ObjectiveResult;
 use headroom_core::stats::{Decision, decide, min_samples_for_percentile};
 use headroom_core::{LatencySignal, Objective, Outcome, Verdict};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-/// Client-side material for one level.
+/// Client-side material for one level, borrowed from the recording (the check during a level
+/// runs about once a second; nothing here is copied).
 pub struct ClientEvidence<'a> {
     /// Histogram (ns) per client signal.
-    pub latency: &'a BTreeMap<LatencySignal, Histogram<u64>>,
+    pub latency: BTreeMap<LatencySignal, &'a Histogram<u64>>,
     /// Requests by outcome.
     pub outcomes: &'a BTreeMap<Outcome, u64>,
     /// Ages (ns) of requests that ended without a first token (cancelled, timed out, transport
@@ -54,7 +57,7 @@ pub fn evaluate(
                     *percentile,
                     *threshold_s,
                     final_window,
-                    "per-request engine metrics",
+                    Source::Engine,
                 ),
                 _ => ObjectiveResult::new(
                     o,
@@ -72,17 +75,17 @@ pub fn evaluate(
             } => {
                 // Requests that got no first token in longer than the threshold are above it.
                 let merged = with_censored_above(
-                    client.latency.get(&LatencySignal::Ttft),
+                    client.latency.get(&LatencySignal::Ttft).copied(),
                     client.ttft_censored,
                     *threshold_s,
                 );
                 let mut r = latency(
                     o,
-                    merged.as_ref().map(|(h, _)| h),
+                    merged.as_ref().map(|(h, _)| h.as_ref()),
                     *percentile,
                     *threshold_s,
                     final_window,
-                    "client",
+                    Source::Client,
                 );
                 if let Some((_, k)) = merged.filter(|(_, k)| *k > 0) {
                     r.reason = format!(
@@ -101,17 +104,14 @@ pub fn evaluate(
                 // independent samples. The 95 % interval counts requests (those with a first
                 // token: the ones that have gaps), not gaps, so thousands of gaps from a few
                 // dozen requests do not make a borderline share "certain".
-                let requests = client
-                    .latency
-                    .get(&LatencySignal::Ttft)
-                    .map(Histogram::len);
+                let requests = client.latency.get(&LatencySignal::Ttft).map(|h| h.len());
                 latency_with_units(
                     o,
-                    client.latency.get(&LatencySignal::Itl),
+                    client.latency.get(&LatencySignal::Itl).copied(),
                     *percentile,
                     *threshold_s,
                     final_window,
-                    "client",
+                    Source::Client,
                     requests,
                 )
             }
@@ -121,14 +121,14 @@ pub fn evaluate(
                 threshold_s,
             } => latency(
                 o,
-                client.latency.get(signal),
+                client.latency.get(signal).copied(),
                 *percentile,
                 *threshold_s,
                 final_window,
-                "client",
+                Source::Client,
             ),
             Objective::ErrorRate { max_ratio } => {
-                error_rate(o, client.outcomes, *max_ratio, final_window)
+                error_rate(o, client.outcomes, *max_ratio, final_window).from_source(Source::Client)
             }
         })
         .collect()
@@ -137,22 +137,23 @@ pub fn evaluate(
 /// The TTFT histogram with the censored ages above `thr_s` added (each such request's TTFT is
 /// longer than its age, hence above the threshold), and how many were added. `None` when there
 /// is neither. Censored ages at or below the threshold say nothing about the objective and are
-/// left out, as before.
-fn with_censored_above(
-    ttft: Option<&Histogram<u64>>,
+/// left out, as before. The TTFT histogram is copied only when there is something to add.
+fn with_censored_above<'h>(
+    ttft: Option<&'h Histogram<u64>>,
     censored: Option<&Histogram<u64>>,
     thr_s: f64,
-) -> Option<(Histogram<u64>, u64)> {
+) -> Option<(Cow<'h, Histogram<u64>>, u64)> {
     let thr_ns = (thr_s * 1e9) as u64;
-    let mut h = ttft.cloned();
+    let mut h = ttft.map(Cow::Borrowed);
     let mut added = 0;
     if let Some(c) = censored.filter(|c| !c.is_empty()) {
-        let h = h.get_or_insert_with(|| Histogram::new_from(c));
         for v in c.iter_recorded() {
             let value = c.highest_equivalent(v.value_iterated_to());
             // Strictly above: same rule as `latency` (values equivalent to the threshold meet it).
             if value > c.highest_equivalent(thr_ns) {
-                h.saturating_record_n(value, v.count_at_value());
+                h.get_or_insert_with(|| Cow::Owned(Histogram::new_from(c)))
+                    .to_mut()
+                    .saturating_record_n(value, v.count_at_value());
                 added += v.count_at_value();
             }
         }
@@ -166,7 +167,7 @@ fn latency(
     pct: f64,
     thr_s: f64,
     final_window: bool,
-    source: &str,
+    source: Source,
 ) -> ObjectiveResult {
     latency_with_units(o, h, pct, thr_s, final_window, source, None)
 }
@@ -181,9 +182,26 @@ fn latency_with_units(
     pct: f64,
     thr_s: f64,
     final_window: bool,
-    source: &str,
+    source: Source,
     units: Option<u64>,
 ) -> ObjectiveResult {
+    latency_judgement(o, h, pct, thr_s, final_window, source, units).from_source(source)
+}
+
+fn latency_judgement(
+    o: &Objective,
+    h: Option<&Histogram<u64>>,
+    pct: f64,
+    thr_s: f64,
+    final_window: bool,
+    source: Source,
+    units: Option<u64>,
+) -> ObjectiveResult {
+    // What the reasons name the evidence by.
+    let source = match source {
+        Source::Engine => "per-request engine metrics",
+        Source::Client | Source::Gateway => "client",
+    };
     let n = h.map_or(0, |h| h.len());
     let Some(h) = h.filter(|_| n > 0) else {
         return ObjectiveResult::new(
@@ -326,7 +344,7 @@ mod tests {
         lat.insert(LatencySignal::Ttft, hist(values_ms));
         let out = BTreeMap::new();
         let c = ClientEvidence {
-            latency: &lat,
+            latency: lat.iter().map(|(k, v)| (*k, v)).collect(),
             outcomes: &out,
             ttft_censored: None,
         };
@@ -349,7 +367,7 @@ mod tests {
             }
             let out = BTreeMap::new();
             let c = ClientEvidence {
-                latency: &lat,
+                latency: lat.iter().map(|(k, v)| (*k, v)).collect(),
                 outcomes: &out,
                 ttft_censored: None,
             };
@@ -396,7 +414,7 @@ mod tests {
         let out = BTreeMap::new();
         let cens = hist(censored_ms);
         let c = ClientEvidence {
-            latency: &lat,
+            latency: lat.iter().map(|(k, v)| (*k, v)).collect(),
             outcomes: &out,
             ttft_censored: Some(&cens),
         };
@@ -498,7 +516,7 @@ mod tests {
             lat.insert(LatencySignal::Ttft, h);
             let out = BTreeMap::new();
             let c = ClientEvidence {
-                latency: &lat,
+                latency: lat.iter().map(|(k, v)| (*k, v)).collect(),
                 outcomes: &out,
                 ttft_censored: None,
             };
@@ -522,7 +540,7 @@ mod tests {
         out.insert(Outcome::HttpStatus(503), 5);
         out.insert(Outcome::ClientCancel, 40);
         let c = ClientEvidence {
-            latency: &lat,
+            latency: lat.iter().map(|(k, v)| (*k, v)).collect(),
             outcomes: &out,
             ttft_censored: None,
         };

@@ -6,6 +6,7 @@
 //! that must agree exactly when no request was cut short: requests finished by reason and output
 //! tokens; and it shows how much of the client's TTFT the server's queue + prefill explain.
 
+use headroom_core::objective::Bound;
 use headroom_core::run::{Reconciliation, ServerView};
 use headroom_diagnose::Assessment;
 use headroom_signals::{Signal, Window};
@@ -157,7 +158,7 @@ pub fn reconcile(w: &Window, c: &ClientTotals) -> Vec<Reconciliation> {
 /// not an estimate) is stored as `…_upper_bound_s`, so `queue_time_p95_s` never shows vLLM's
 /// first bucket edge as if it were a measured p95.
 fn figure_key(f: &headroom_diagnose::Figure) -> String {
-    if f.source.starts_with(headroom_diagnose::UPPER_BOUND_ONLY) {
+    if f.bound == Bound::Upper {
         match f.name.strip_suffix("_s") {
             Some(stem) => format!("{stem}_upper_bound_s"),
             None => format!("{}_upper_bound", f.name),
@@ -209,21 +210,16 @@ mod tests {
 
     #[test]
     fn first_bucket_quantiles_are_stored_as_upper_bounds() {
-        let fig = |name: &str, source: String| headroom_diagnose::Figure {
+        let fig = |name: &str, bound| headroom_diagnose::Figure {
             name: name.into(),
             value: 0.3,
             unit: "s".into(),
-            source,
+            source: "vllm:request_queue_time_seconds".into(),
+            bound,
         };
-        let bound = fig(
-            "queue_time_p95_s",
-            format!(
-                "{} 0.3 s: the rank falls in the first bucket",
-                headroom_diagnose::UPPER_BOUND_ONLY
-            ),
-        );
+        let bound = fig("queue_time_p95_s", Bound::Upper);
         assert_eq!(figure_key(&bound), "queue_time_p95_upper_bound_s");
-        let point = fig("queue_time_p95_s", "vllm:request_queue_time_seconds".into());
+        let point = fig("queue_time_p95_s", Bound::Exact);
         assert_eq!(figure_key(&point), "queue_time_p95_s");
     }
     use headroom_signals::{Scrape, WindowOptions};

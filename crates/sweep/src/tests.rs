@@ -526,7 +526,7 @@ mod sweep_runs {
         let got = ticks.0.into_inner().unwrap();
         assert!(got.len() >= 2, "{} ticks in a 2.6 s window", got.len());
         let last = got.last().unwrap();
-        let ids: Vec<&str> = last.objectives.iter().map(|o| o.id.as_str()).collect();
+        let ids: Vec<String> = last.objectives.iter().map(|o| o.id.to_string()).collect();
         assert_eq!(ids, ["ttft_p50", "error_rate"]);
         assert!(
             last.finished > 0 && last.started >= last.finished,
@@ -599,7 +599,7 @@ mod sweep_runs {
         let ttft = levels[0]
             .objectives
             .iter()
-            .find(|o| o.id.contains("ttft"))
+            .find(|o| o.id.signal() == Some(headroom_core::LatencySignal::Ttft))
             .unwrap();
         assert_eq!(ttft.verdict, Verdict::Pass, "{ttft:?}");
         assert!(ttft.reason.contains("longer than specified"), "{ttft:?}");

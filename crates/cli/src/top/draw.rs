@@ -377,7 +377,7 @@ mod tests {
 
     fn row(status: Status) -> ObjectiveRow {
         ObjectiveRow {
-            id: "ttft_p95".into(),
+            id: serde_json::from_str("\"ttft_p95\"").unwrap(),
             description: "TTFT p95 < 300 ms".into(),
             latency: true,
             threshold: 0.3,

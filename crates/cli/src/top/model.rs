@@ -63,7 +63,7 @@ impl Status {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ObjectiveRow {
     /// Stable id (`ttft_p95`, `error_rate`).
-    pub id: String,
+    pub id: headroom_core::objective::ObjectiveId,
     /// Human form (`TTFT p95 < 300 ms`).
     pub description: String,
     /// Whether the figures are seconds (latency) or a ratio (error rate).
@@ -295,7 +295,7 @@ impl ObjectiveRow {
     /// which the share seen so far would be certain (73 for a p95 with nothing above the
     /// threshold: z²·0.95/0.05), as the sweep's window extension reckons it.
     pub fn from_result(r: &ObjectiveResult) -> ObjectiveRow {
-        let allowed = r.objective_allowed_share().unwrap_or(0.0);
+        let allowed = r.objective_allowed_share();
         let bad_share = r
             .share
             .filter(|s| s.n > 0)
@@ -316,10 +316,10 @@ impl ObjectiveRow {
         ObjectiveRow {
             id: r.id.clone(),
             description: r.description.clone(),
-            latency: r.id.rsplit('/').next() != Some("error_rate"),
+            latency: !r.id.is_error_rate(),
             threshold: r.threshold,
             value: r.observed,
-            at_most: false,
+            at_most: !r.bound.is_exact(),
             samples: r.samples,
             need,
             bad_share,

@@ -46,9 +46,7 @@ pub fn violations(w: &Window, a: &Assessment) -> Vec<String> {
             continue;
         };
         for o in a.objectives.iter().filter(|o| o.verdict == Verdict::Fail) {
-            let Some(t) = Target::of_objective(&o.id) else {
-                continue;
-            };
+            let t = Target::of_objective(&o.id);
             if moves.iter().any(|m| m.target == t && m.dir == Dir::Raises) {
                 out.push(format!(
                     "{id}: the action raises {t:?}, whose objective {} fails: {}",

@@ -96,19 +96,12 @@ pub fn points(run: &RunResult, run_id: &str) -> Vec<Point> {
                 push(base("headroom_sweep_level_goodput_per_second", class), g);
             }
             for o in &level.objectives {
-                // A mix phase names each objective `class/objective`.
-                let (o_class, id) = match o.id.rsplit_once('/') {
-                    Some((c, id)) => (Some(c), id),
-                    None => (class, o.id.as_str()),
-                };
+                // A mix phase judges each class's objectives apart: the class is the row's.
+                let o_class = o.id.class().or(class);
                 let with = |name: &str| {
                     let mut l = base(name, o_class);
-                    l.push(("objective", id.to_string()));
-                    match crate::objective_unit(id) {
-                        crate::ObjectiveUnit::Seconds => l.push(("unit", "seconds".into())),
-                        crate::ObjectiveUnit::Ratio => l.push(("unit", "ratio".into())),
-                        crate::ObjectiveUnit::Plain => {}
-                    }
+                    l.push(("objective", o.id.kind.to_string()));
+                    l.push(("unit", o.unit().name().into()));
                     l
                 };
                 if let Some(v) = o.observed.filter(|v| !v.is_nan()) {
@@ -332,7 +325,7 @@ mod tests {
         let level = &mut phase.levels[0];
         level.verdict = Verdict::Inconclusive;
         level.objectives[0].verdict = Verdict::Inconclusive;
-        level.objectives[0].id = "a/error_rate".into();
+        level.objectives[0].id = crate::testdata::id("a/error_rate");
         level.objectives[0].observed = None;
         level.goodput_per_s = None;
         let ps: Vec<Point> = points(&run, "r")
