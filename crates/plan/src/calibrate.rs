@@ -48,17 +48,22 @@ pub enum Param {
     TStepMs,
     /// `GpuPreset::t_seq_us`: host cost per scheduled sequence per step (µs).
     TSeqUs,
+    /// `GpuPreset::t_prefill_ms`: extra cost per sequence prefilled in a step (ms). With one
+    /// prompt length in the run it trades off against MFU (both scale with the prefills); a
+    /// run with two prompt lengths separates them.
+    TPrefillMs,
     /// `GpuPreset::frontend_in_ms`: HTTP, template, tokenisation and IPC before the engine sees
     /// a request (ms).
     FrontendInMs,
 }
 
 /// The constants fitted, in the order of the fit's vector.
-pub const PARAMS: [Param; 5] = [
+pub const PARAMS: [Param; 6] = [
     Param::Mbu,
     Param::Mfu,
     Param::TStepMs,
     Param::TSeqUs,
+    Param::TPrefillMs,
     Param::FrontendInMs,
 ];
 
@@ -70,6 +75,7 @@ impl Param {
             Param::Mfu => "mfu",
             Param::TStepMs => "t_step_ms",
             Param::TSeqUs => "t_seq_us",
+            Param::TPrefillMs => "t_prefill_ms",
             Param::FrontendInMs => "frontend_in_ms",
         }
     }
@@ -81,6 +87,7 @@ impl Param {
             Param::Mfu => g.mfu,
             Param::TStepMs => g.t_step_ms,
             Param::TSeqUs => g.t_seq_us,
+            Param::TPrefillMs => g.t_prefill_ms,
             Param::FrontendInMs => g.frontend_in_ms,
         }
     }
@@ -91,6 +98,7 @@ impl Param {
             Param::Mfu => g.mfu = v,
             Param::TStepMs => g.t_step_ms = v,
             Param::TSeqUs => g.t_seq_us = v,
+            Param::TPrefillMs => g.t_prefill_ms = v,
             Param::FrontendInMs => g.frontend_in_ms = v,
         }
     }
@@ -103,7 +111,21 @@ impl Param {
             Param::Mfu => (0.002, 1.0),
             Param::TStepMs => (1e-3, 500.0),
             Param::TSeqUs => (1e-2, 1e5),
+            Param::TPrefillMs => (1e-3, 1e4),
             Param::FrontendInMs => (1e-2, 5_000.0),
+        }
+    }
+
+    /// Where the fit starts: the preset's value, or for a constant the preset leaves at 0 (no
+    /// GPU preset has a per-prefill cost) the step overhead, a value of the right order that the
+    /// data moves down to its bound when nothing depends on it. The search is on logarithms.
+    fn start(self, g: &GpuPreset) -> f64 {
+        let (lo, hi) = self.bounds();
+        let v = self.get(g);
+        if v > 0.0 {
+            v.clamp(lo, hi)
+        } else {
+            g.t_step_ms.clamp(lo, hi)
         }
     }
 
@@ -238,8 +260,12 @@ pub struct RunData {
     pub warmup: Duration,
     /// The levels to reproduce.
     pub levels: Vec<TargetLevel>,
-    /// The KV pool the engine reported (`cache_config_info` `num_gpu_blocks`), blocks.
+    /// The KV pool the engine reported (`cache_config_info` `num_gpu_blocks`), blocks of
+    /// `block_size` tokens.
     pub num_gpu_blocks: Option<u32>,
+    /// The engine's KV block size (`cache_config_info` `block_size`), tokens: 16 on GPUs, 128 on
+    /// vLLM's CPU backend. 16 when the run does not say.
+    pub block_size: u32,
 }
 
 fn read(path: &Path) -> Result<String, CalibrationError> {
@@ -311,6 +337,15 @@ pub fn read_run(dir: &Path) -> Result<RunData, CalibrationError> {
     })
     .and_then(|n| u32::try_from(n).ok())
     .filter(|n| *n > 1);
+    let block_size = [&ec["cache_config"]["block_size"], &ec["plan"]["block_size"]]
+        .into_iter()
+        .find_map(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        })
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| (1..=4096).contains(n))
+        .unwrap_or(headroom_sim::engine::spec::BLOCK_SIZE);
     let mut levels = Vec::new();
     for p in &run.phases {
         for l in &p.levels {
@@ -343,6 +378,7 @@ pub fn read_run(dir: &Path) -> Result<RunData, CalibrationError> {
         warmup: workload.spec.warmup,
         levels,
         num_gpu_blocks,
+        block_size,
     })
 }
 
@@ -865,16 +901,26 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
     let mut base = base.clone();
     let (pool_source, pool_exact) = match data.num_gpu_blocks {
         Some(n) => {
-            base.num_gpu_blocks = n;
+            // The twin's blocks are 16 tokens: the same usable tokens ((n − 1) × block_size, the
+            // null block aside) in its blocks, so the pool and its use agree with the engine's
+            // up to the last partial block of each request.
+            let bs = headroom_sim::engine::spec::BLOCK_SIZE;
+            let twin = (u64::from(n - 1) * u64::from(data.block_size)).div_ceil(u64::from(bs)) + 1;
+            base.num_gpu_blocks = u32::try_from(twin).unwrap_or(u32::MAX);
             base.num_gpu_blocks_overridden = true;
-            (
-                "the engine's cache_config_info num_gpu_blocks (exact)".to_string(),
-                true,
-            )
+            let note = if data.block_size == bs {
+                "the engine's cache_config_info num_gpu_blocks (exact)".to_string()
+            } else {
+                format!(
+                    "the engine's cache_config_info: {n} blocks of {} tokens, as {twin} twin blocks of {bs} (the same tokens; use rounds to {bs}-token blocks, the engine's to {})",
+                    data.block_size, data.block_size
+                )
+            };
+            (note, true)
         }
         None => (String::new(), false),
     };
-    let x0: Vec<f64> = PARAMS.iter().map(|p| p.get(&base.gpu).ln()).collect();
+    let x0: Vec<f64> = PARAMS.iter().map(|p| p.start(&base.gpu).ln()).collect();
     let phases = phases(&data.plans);
     let mut pb = Problem {
         data,
@@ -971,6 +1017,7 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
                             Param::Mfu => "every level's steps are memory-bound: prefill is too short to be compute-bound",
                             Param::TStepMs => "the per-step overhead is small against the step time",
                             Param::TSeqUs => "too few sequences per step for their host cost to show",
+                            Param::TPrefillMs => "prefill steps are too few or too short for a per-request cost to show",
                             Param::FrontendInMs => "small against TTFT",
                             Param::Mbu => "no memory-bound step",
                         }

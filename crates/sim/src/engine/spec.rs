@@ -170,6 +170,13 @@ pub struct GpuPreset {
     pub t_layer_us: f64,
     /// Host cost per scheduled sequence per step (µs).
     pub t_seq_us: f64,
+    /// Extra cost per sequence whose prompt is prefilled in a step (ms): per-request attention
+    /// metadata, varlen kernel set-up and sampler state that a decode row does not pay. Near 0 on
+    /// GPUs (no preset sets it); milliseconds on a CPU backend, where a 128-token prefill step of
+    /// a 7 M-parameter model takes ~3× a decode step while a 512-token one takes ~5× (the real
+    /// vLLM of `scripts/plan-calibration-check`). Fitted by `plan --calibrate-from`.
+    #[serde(default)]
+    pub t_prefill_ms: f64,
     /// Frontend time before the engine core sees a request: HTTP, template, tokenisation, IPC (ms).
     pub frontend_in_ms: f64,
     /// Framebuffer used outside vLLM's budget: CUDA context, cuBLAS, NCCL (MiB).
@@ -599,7 +606,7 @@ fn lookup<T: Clone>(
 /// 2.5 PFLOP/s dense) so any real or planned GPU fits; they exist so that a typo or an extreme
 /// value in a custom preset is refused with the field's name instead of producing a KV pool of
 /// billions of blocks or a step that lasts for years.
-fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 22] {
+fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 23] {
     [
         (
             "memory_mib",
@@ -628,6 +635,7 @@ fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 22
         ("t_step_ms", g.t_step_ms, 0.0, 1.0e3, "ms"),
         ("t_layer_us", g.t_layer_us, 0.0, 1.0e5, "µs"),
         ("t_seq_us", g.t_seq_us, 0.0, 1.0e5, "µs"),
+        ("t_prefill_ms", g.t_prefill_ms, 0.0, 1.0e4, "ms"),
         ("frontend_in_ms", g.frontend_in_ms, 0.0, 1.0e5, "ms"),
         (
             "cuda_context_mib",

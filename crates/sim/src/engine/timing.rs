@@ -2,7 +2,7 @@
 //! (simulator.md §3.1–§3.2).
 //!
 //! ```text
-//! T_step = t_step + L·t_layer + n_seq·t_seq
+//! T_step = t_step + L·t_layer + n_seq·t_seq + n_prefill·t_prefill
 //!        + max(F_gemm/(TP·P·MFU), W/(TP·BW·MBU))          weight GEMMs
 //!        + max(F_attn/(TP·P16·MFU), k_kv·B_kv/(TP·BW·MBU)) attention (always BF16)
 //!        + T_tp                                            two all-reduces per layer
@@ -54,6 +54,8 @@ pub struct StepWork {
     pub sampled: u64,
     /// Scheduled sequences `n_seq`.
     pub seqs: u64,
+    /// Scheduled sequences with more than one new token (prompt chunks) `n_prefill`.
+    pub prefills: u64,
     /// `Σ n_i·(c0_i + (n_i+1)/2)`: attention query-key pairs per layer per head.
     pub attn_pairs: f64,
     /// `Σ c0_i`: prior context tokens read.
@@ -67,6 +69,10 @@ impl StepWork {
     pub fn add(&mut self, c0: u32, n: u32, samples: bool) {
         self.tokens += u64::from(n);
         self.seqs += 1;
+        // Without speculative decoding a decode row schedules exactly one token.
+        if n > 1 {
+            self.prefills += 1;
+        }
         if samples {
             self.sampled += 1;
         }
@@ -99,6 +105,7 @@ pub struct StepCost {
 pub struct StepModel {
     fixed_s: f64,
     t_seq_s: f64,
+    t_prefill_s: f64,
     n_ne: f64,
     vd: f64,
     weight_bytes: f64,
@@ -135,6 +142,7 @@ impl StepModel {
         StepModel {
             fixed_s: g.t_step_ms * 1e-3 + l * g.t_layer_us * 1e-6,
             t_seq_s: g.t_seq_us * 1e-6,
+            t_prefill_s: g.t_prefill_ms * 1e-3,
             n_ne: m.params_non_embedding,
             vd,
             weight_bytes: m.params_non_embedding * cfg.dtype.bytes_per_weight() + vd * 2.0,
@@ -184,7 +192,12 @@ impl StepModel {
         } else {
             0.0
         };
-        let duration_s = self.fixed_s + w.seqs as f64 * self.t_seq_s + gemm + attn + tp_comm;
+        let duration_s = self.fixed_s
+            + w.seqs as f64 * self.t_seq_s
+            + w.prefills as f64 * self.t_prefill_s
+            + gemm
+            + attn
+            + tp_comm;
         StepCost {
             duration_s,
             flops: (f_gemm + f_attn) / self.tp,
