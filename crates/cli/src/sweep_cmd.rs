@@ -10,13 +10,11 @@ use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, parse_ratio};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::{ClassPlan, PromptTokenizer};
 use headroom_load::runner::probe;
-use headroom_load::workload::{
-    DEFAULT_WORKLOAD_YAML, Levels, Workload, check_level, window_from_secs,
-};
+use headroom_load::workload::{DEFAULT_WORKLOAD_YAML, Workload, check_level, window_from_secs};
 use headroom_report::remote_write::{self, Pusher, RemoteWriteClient};
-use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
+use headroom_sweep::controller::{Progress, Sweep};
+use headroom_sweep::policy::{self, Overrides, SweepPolicy, Wiring};
 use headroom_sweep::run_dir::RunDir;
-use headroom_sweep::search::LevelPlan;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -208,16 +206,8 @@ fn heartbeat(bar: &ProgressBar, every: Duration, mut say: impl FnMut(Duration)) 
     }
 }
 
-/// Windows of the embedded demo (no --target, no --workload): sized to finish in under two
-/// minutes on a 2-core machine.
-const DEMO_WARMUP_S: u64 = 3;
-const DEMO_MEASURE_S: u64 = 5;
 /// The longest prompt calibration may take before the sweep goes on with uncalibrated words.
 const CALIBRATION_LIMIT: Duration = Duration::from_secs(120);
-
-/// Windows of --quick.
-const QUICK_WARMUP_S: u64 = 2;
-const QUICK_MEASURE_S: u64 = 4;
 
 /// The workload and SLO of a run: each file as given (or the built-in), read once, parsed, and
 /// checked against each other and against `--class` (a class of the workload, or `mix` when it
@@ -300,12 +290,19 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
     let mut stop =
         crate::StopSignal::install().context("cannot install the Ctrl-C and SIGTERM handlers")?;
     if args.print_defaults {
+        let s = |d: Duration| d.as_secs();
+        let (dw, dm, qw, qm) = (
+            s(policy::DEMO_WARMUP),
+            s(policy::DEMO_MEASURE),
+            s(policy::QUICK_WARMUP),
+            s(policy::QUICK_MEASURE),
+        );
         println!(
             "# workload.yaml (built-in)\n\
              # Its warmup/measure apply when it is given with --workload. Without --workload, a\n\
              # plain `headroom sweep` on the embedded twin is a demo sized to finish in under two\n\
-             # minutes: warmup {DEMO_WARMUP_S}s, measure {DEMO_MEASURE_S}s, levels from 64 concurrent ×2; with\n\
-             # --quick: warmup {QUICK_WARMUP_S}s, measure {QUICK_MEASURE_S}s, levels from 64 ×4 up to 512 on the\n\
+             # minutes: warmup {dw}s, measure {dm}s, levels from 64 concurrent ×2; with\n\
+             # --quick: warmup {qw}s, measure {qm}s, levels from 64 ×4 up to 512 on the\n\
              # embedded twin (from 16 against --target). --warmup and --measure override all of these.\n\
              {DEFAULT_WORKLOAD_YAML}\n# slo.yaml (built-in)\n{DEFAULT_SLO_YAML}"
         );
@@ -446,56 +443,23 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         }
     }
 
-    // Windows and search: the workload's, unless this is the embedded demo (sized to finish in
-    // under two minutes) or --quick (a smoke run); flags win over both.
-    let quick = args.quick;
-    let demo = args.target.is_none() && args.workload.is_none();
-    let (warmup_d, measure_d) = if quick {
-        (
-            Duration::from_secs(QUICK_WARMUP_S),
-            Duration::from_secs(QUICK_MEASURE_S),
-        )
-    } else if demo {
-        (
-            Duration::from_secs(DEMO_WARMUP_S),
-            Duration::from_secs(DEMO_MEASURE_S),
-        )
-    } else {
-        (workload.spec.warmup, workload.spec.measure)
-    };
-    let warmup = warmup_flag.unwrap_or(warmup_d);
-    let measure = measure_flag.unwrap_or(measure_d);
-    let resolution = match resolution_flag {
-        Some(r) => r,
-        None if quick => 0.5,
-        None => 0.25,
-    };
-    // On the embedded twin the first level is 64 concurrent: its 500-1,000-token answers take
-    // 10-17 s, so at 16 or 32 a 4-5 s window starts too few requests for a TTFT p95 (20), and
-    // the level stayed INCONCLUSIVE (at 32 in about half the runs); at 64 it has them.
-    let embedded_start = if args.target.is_none() { 64.0 } else { 16.0 };
-    let (start_d, growth, max_d) = match (mode, quick, demo) {
-        (LoadMode::Concurrency, true, _) => (embedded_start, 4.0, 512.0),
-        (LoadMode::Concurrency, false, true) => (64.0, 2.0, 1024.0),
-        (LoadMode::Concurrency, false, false) => (1.0, 2.0, 1024.0),
-        (LoadMode::Rate, true, _) => (0.5, 4.0, 1000.0),
-        (LoadMode::Rate, false, _) => (0.5, 2.0, 1000.0),
-    };
-    let plan = match (&args.levels, &workload.spec.load.levels) {
-        (Some(l), _) | (None, Levels::List(l)) => LevelPlan::Fixed(l.clone()),
-        (None, Levels::Auto) => LevelPlan::Auto {
-            start: args.start.unwrap_or(start_d),
-            growth,
-            max: args.max_load.unwrap_or(max_d),
-            resolution,
-            min_step: if mode == LoadMode::Concurrency {
-                1.0
-            } else {
-                0.05
-            },
-            integer: mode == LoadMode::Concurrency,
+    // Windows and search: the workload's, unless this is the embedded demo or --quick; flags
+    // win over both (headroom_sweep::policy).
+    let policy = SweepPolicy::new(
+        &workload.spec,
+        args.target.is_none(),
+        args.workload.is_some(),
+        args.quick,
+        Overrides {
+            levels: args.levels.clone(),
+            start: args.start,
+            max_load: args.max_load,
+            resolution: resolution_flag,
+            warmup: warmup_flag,
+            measure: measure_flag,
         },
-    };
+    );
+    let (warmup, measure) = policy.windows();
     let run_dir = args.out.clone().unwrap_or_else(default_run_dir);
     std::fs::create_dir_all(&run_dir)
         .with_context(|| format!("cannot create run directory {}", run_dir.display()))?;
@@ -561,21 +525,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         }
         (plans, Some(report))
     };
-    let settings = SweepSettings {
-        mode,
-        arrival: workload.spec.load.arrival,
-        max_concurrency: workload.spec.load.max_concurrency,
-        plan,
-        warmup,
-        measure,
-        // Extended only while the start rate so far says the missing samples will come; at most
-        // 96 h: `measure` is at most 24 h (checked above).
-        measure_max: measure.saturating_mul(4),
-        drain_max: if args.target.is_none() {
-            Duration::from_secs(2)
-        } else {
-            Duration::from_secs(120)
-        },
+    let settings = policy.settings(Wiring {
         metrics_url: metrics_url.clone(),
         dcgm_url: dcgm_url.clone(),
         scrape_interval,
@@ -583,7 +533,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         seed,
         only_phase: args.class.clone(),
         repeat: args.repeat,
-    };
+    });
     let manifest = Manifest {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         command: redact_argv(&argv),
@@ -698,12 +648,7 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         "headroom: each level: {} warm-up, {} measurement window{}",
         fmt_secs(warmup),
         fmt_secs(measure),
-        match (quick, demo, warmup_flag.is_some() || measure_flag.is_some()) {
-            (_, _, true) => " (from --warmup/--measure)",
-            (true, _, false) => " (--quick)",
-            (false, true, false) => " (the embedded demo's; --warmup/--measure change them)",
-            _ => " (from the workload)",
-        }
+        policy.windows_source()
     );
     let progress: Box<dyn Progress> = match args.progress.unwrap_or_else(ProgressMode::detect) {
         ProgressMode::Tui => match crate::sweep_progress::Tui::start() {

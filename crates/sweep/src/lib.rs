@@ -2,6 +2,7 @@
 //! that meets every objective.
 //!
 //! - [`search`]: which level next (bracket, then bisect);
+//! - [`policy`]: the windows and search of the workload, the embedded demo or `--quick`;
 //! - [`evaluate`]: client-side objectives of a level (PASS / FAIL / INCONCLUSIVE);
 //! - [`server_view`]: the engine's account of a level and its reconciliation with the client;
 //! - [`controller`]: the loop that runs levels, scrapes, judges and writes results;
@@ -13,6 +14,7 @@ pub mod compare_budget;
 pub mod compare_html;
 pub mod controller;
 pub mod evaluate;
+pub mod policy;
 pub mod run_dir;
 pub mod search;
 pub mod server_view;
