@@ -4,6 +4,13 @@ use headroom_core::run::{LevelResult, RunResult};
 
 const SIGNALS: [&str; 4] = ["ttft", "itl", "tpot", "e2e"];
 
+/// The `levels.csv` exporter ([`render`]).
+pub static EXPORTER: crate::export::Text = crate::export::Text {
+    name: "csv",
+    file_name: headroom_core::run_dir::LEVELS_CSV,
+    render,
+};
+
 /// Renders every level as CSV with a header row.
 pub fn render(run: &RunResult) -> String {
     let mut w = ::csv::Writer::from_writer(Vec::new());

@@ -7,6 +7,13 @@ use crate::chart::{Series, line_chart};
 use headroom_core::run::{PhaseResult, RunResult};
 use headroom_core::slo::fmt_num;
 
+/// The `report.html` exporter ([`render`]).
+pub static EXPORTER: crate::export::Text = crate::export::Text {
+    name: "html",
+    file_name: headroom_core::run_dir::REPORT_HTML,
+    render,
+};
+
 /// Renders the HTML page.
 pub fn render(run: &RunResult) -> String {
     let mut o = String::from(

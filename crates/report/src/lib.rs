@@ -1,20 +1,23 @@
 //! Renderers for a sweep's results: terminal summary, Markdown, CSV, JSON and a self-contained
 //! HTML page with SVG charts. Renderers only render: every statistic they show was computed
 //! elsewhere (crate `load` measures, `core::run` derives headroom). One file per format, as in
-//! hyperfine's `export/`.
+//! hyperfine's `export/`; the run directory's formats are listed in [`export::EXPORTERS`].
 
 pub mod chart;
 pub mod csv;
 pub mod diagnosis;
+pub mod export;
 pub mod html;
+pub mod json;
 pub mod levels;
 pub mod markdown;
 pub mod remote_write;
 pub mod terminal;
 
+use export::EXPORTERS;
 use headroom_core::objective::Unit;
 use headroom_core::run::RunResult;
-use headroom_core::run_dir::{LEVELS_CSV, REPORT_MD, RESULTS, RunDir};
+use headroom_core::run_dir::RunDir;
 use std::path::Path;
 
 /// The files of a run directory that [`write_run_files`] writes, in the order written:
@@ -50,7 +53,8 @@ impl std::error::Error for RunFilesError {
     }
 }
 
-/// Writes [`RUN_FILES`] into `dir`, in that order, and returns them.
+/// Writes every format of [`EXPORTERS`] (the [`RUN_FILES`]) into `dir`, in that order, and
+/// returns the files written.
 ///
 /// Each file is written to a temporary name and renamed, so a crash or a full disk never leaves a
 /// half-written report over a good one (nor a temporary file behind). The first failure stops:
@@ -63,19 +67,17 @@ impl std::error::Error for RunFilesError {
 pub fn write_run_files(dir: &Path, run: &RunResult) -> Result<Vec<&'static str>, RunFilesError> {
     let dir = RunDir::new(dir);
     let mut written = Vec::new();
-    for name in RUN_FILES {
-        let bytes = match name {
-            RESULTS => serde_json::to_vec_pretty(run).map_err(std::io::Error::other),
-            _ => Ok(render(name, run).into_bytes()),
-        };
-        if let Err(source) = bytes.and_then(|b| dir.write(name, &b)) {
-            let stale = RUN_FILES
+    for e in EXPORTERS {
+        let name = e.file_name();
+        if let Err(source) = e.render(run).and_then(|b| dir.write(name, &b)) {
+            // The renderings from here on; a record that failed keeps its earlier contents.
+            let stale = EXPORTERS
                 .iter()
                 .skip(written.len())
-                .skip_while(|f| **f == RESULTS);
+                .filter(|e| !e.is_record())
+                .map(|e| e.file_name());
             let removed = stale
                 .filter(|f| std::fs::remove_file(dir.file(f)).is_ok())
-                .copied()
                 .collect();
             return Err(RunFilesError {
                 written,
@@ -109,21 +111,14 @@ pub fn rerender_run_files(
     }
     let dir = RunDir::new(dir);
     let mut written = Vec::new();
-    for name in RUN_FILES.iter().copied().filter(|f| *f != RESULTS) {
-        dir.write(name, render(name, &run).as_bytes())
-            .map_err(|e| (name, e))?;
+    for e in EXPORTERS.iter().filter(|e| !e.is_record()) {
+        let name = e.file_name();
+        e.render(&run)
+            .and_then(|b| dir.write(name, &b))
+            .map_err(|err| (name, err))?;
         written.push(name);
     }
     Ok(written)
-}
-
-/// The rendering of `run` that `name`, one of the derived [`RUN_FILES`], holds.
-fn render(name: &str, run: &RunResult) -> String {
-    match name {
-        LEVELS_CSV => csv::render(run),
-        REPORT_MD => markdown::render(run),
-        _ => html::render(run),
-    }
 }
 
 pub use headroom_core::atomic::write_atomic;

@@ -4,6 +4,13 @@ use crate::fmt_load;
 use headroom_core::run::{LevelResult, PhaseResult, RunResult, RunStatus};
 use headroom_core::slo::fmt_num;
 
+/// The `report.md` exporter ([`render`]).
+pub static EXPORTER: crate::export::Text = crate::export::Text {
+    name: "markdown",
+    file_name: headroom_core::run_dir::REPORT_MD,
+    render,
+};
+
 /// Renders the whole run as Markdown.
 pub fn render(run: &RunResult) -> String {
     let mut o = String::from("# Headroom sweep report\n\n");
