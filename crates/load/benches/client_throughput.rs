@@ -32,7 +32,7 @@ use headroom_load::client::sse::{SseSplitter, StreamState};
 use headroom_load::client::{CancellationFlag, ClientConfig, PreparedRequest, Target};
 use headroom_load::prompt::{ClassPlan, DrawnRequest};
 use headroom_load::recorder::ClassRecording;
-use headroom_load::runner::{RunOptions, process_cpu_s, run_level_with, thread_cpu_s};
+use headroom_load::runner::{LevelSpec, RunOptions, process_cpu_s, run_level_with, thread_cpu_s};
 use headroom_load::testkit::{StubConfig, StubServer};
 use headroom_load::workload::{Endpoint, Workload};
 use std::path::Path;
@@ -342,14 +342,16 @@ fn main() {
             let rec = rt.block_on(run_level_with(
                 &target,
                 &plans,
-                LevelMode::Rate {
-                    rate_per_s: 500.0,
-                    arrival: ArrivalProcess::Poisson,
-                    max_concurrency: None,
+                LevelSpec {
+                    mode: LevelMode::Rate {
+                        rate_per_s: 500.0,
+                        arrival: ArrivalProcess::Poisson,
+                        max_concurrency: None,
+                    },
+                    warmup: Duration::from_secs(2),
+                    measure: Duration::from_secs_f64(secs),
+                    seed: 7 + round,
                 },
-                Duration::from_secs(2),
-                Duration::from_secs_f64(secs),
-                7 + round,
                 CancellationFlag::new(),
                 &opts,
             ));

@@ -5,7 +5,7 @@ use headroom_core::{LatencySignal, Outcome};
 use headroom_load::arrivals::{ArrivalProcess, LevelMode};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
-use headroom_load::runner::{ProbeError, RunOptions, probe, run_level, run_level_with};
+use headroom_load::runner::{LevelSpec, ProbeError, RunOptions, probe, run_level, run_level_with};
 use headroom_load::testkit::{StubConfig, StubFault, StubServer};
 use headroom_load::workload::{Endpoint, Workload};
 use headroom_testkit::refusing_port;
@@ -168,10 +168,12 @@ async fn in_flight_requests_are_cancelled_after_the_drain() {
     let rec = run_level_with(
         &t,
         &p,
-        LevelMode::Concurrency(2),
-        Duration::ZERO,
-        Duration::from_millis(500),
-        1,
+        LevelSpec {
+            mode: LevelMode::Concurrency(2),
+            warmup: Duration::ZERO,
+            measure: Duration::from_millis(500),
+            seed: 1,
+        },
         CancellationFlag::new(),
         &RunOptions {
             drain_min: Duration::from_millis(200),
@@ -425,10 +427,12 @@ async fn goodput_counts_requests_within_their_class_thresholds() {
         let rec = run_level_with(
             &t,
             &plans(ONE),
-            LevelMode::Concurrency(4),
-            Duration::from_millis(200),
-            Duration::from_millis(800),
-            1,
+            LevelSpec {
+                mode: LevelMode::Concurrency(4),
+                warmup: Duration::from_millis(200),
+                measure: Duration::from_millis(800),
+                seed: 1,
+            },
             CancellationFlag::new(),
             &opts,
         )

@@ -7,10 +7,10 @@ use headroom_core::LatencySignal;
 use headroom_load::arrivals::LevelMode;
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
-use headroom_load::runner::{RunOptions, run_level_with};
-use headroom_sweep::controller::{LevelMeasurer, LevelRequest, Phase};
+use headroom_load::runner::{LevelSpec, RunOptions, run_level_with};
 use headroom_load::workload::Workload;
 use headroom_plan::twin::TwinLevels;
+use headroom_sweep::controller::{LevelMeasurer, LevelRequest, Phase};
 use std::path::Path;
 use std::time::Duration;
 
@@ -65,10 +65,12 @@ async fn a_virtual_level_measures_what_the_http_level_of_the_same_twin_does() {
     let http = run_level_with(
         &target,
         &plans,
-        mode,
-        warmup,
-        measure,
-        7,
+        LevelSpec {
+            mode,
+            warmup,
+            measure,
+            seed: 7,
+        },
         CancellationFlag::new(),
         &opts,
     )

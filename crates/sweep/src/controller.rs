@@ -18,7 +18,7 @@ use headroom_load::arrivals::{ArrivalProcess, LevelMode};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
 use headroom_load::recorder::{ClassRecording, LevelRecording};
-use headroom_load::runner::{GoodputSlo, LevelCheck, RunOptions, run_level_with};
+use headroom_load::runner::{GoodputSlo, LevelCheck, LevelSpec, RunOptions, run_level_with};
 use headroom_signals::source::{ScrapeKind, scrape_file_name, write_scrape};
 use headroom_signals::{Scrape, Scraper, Window, WindowOptions};
 use std::collections::BTreeMap;
@@ -566,17 +566,13 @@ impl Sweep<'_> {
             })
         };
 
-        let rec = run_level_with(
-            self.target,
-            &phase.plans,
+        let spec = LevelSpec {
             mode,
-            s.warmup,
-            s.measure,
+            warmup: s.warmup,
+            measure: s.measure,
             seed,
-            self.cancel.clone(),
-            opts,
-        )
-        .await;
+        };
+        let rec = run_level_with(self.target, &phase.plans, spec, self.cancel.clone(), opts).await;
         stop.cancel();
         // A cancelled stream reaches the engine as an abort a moment after the client hangs up;
         // let those land before the closing scrape so both sides count the same requests.

@@ -4,7 +4,7 @@
 use headroom_load::arrivals::{ArrivalProcess, ArrivalSchedule, LevelMode};
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
-use headroom_load::runner::{RunOptions, run_level_with};
+use headroom_load::runner::{LevelSpec, RunOptions, run_level_with};
 use headroom_load::testkit::{StubConfig, StubServer};
 use headroom_load::workload::Workload;
 use std::path::Path;
@@ -38,14 +38,16 @@ async fn a_level_at_a_rate_past_any_clock_returns_without_load() {
         let rec = run_level_with(
             &t,
             &p,
-            LevelMode::Rate {
-                rate_per_s: 1e-300,
-                arrival,
-                max_concurrency: None,
+            LevelSpec {
+                mode: LevelMode::Rate {
+                    rate_per_s: 1e-300,
+                    arrival,
+                    max_concurrency: None,
+                },
+                warmup: Duration::ZERO,
+                measure: Duration::from_millis(300),
+                seed: 1,
             },
-            Duration::ZERO,
-            Duration::from_millis(300),
-            1,
             CancellationFlag::new(),
             &RunOptions {
                 drain_min: Duration::ZERO,

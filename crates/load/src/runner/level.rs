@@ -181,17 +181,13 @@ pub async fn run_level(
     seed: u64,
     cancel: CancellationFlag,
 ) -> LevelRecording {
-    run_level_with(
-        target,
-        classes,
+    let spec = LevelSpec {
         mode,
         warmup,
         measure,
         seed,
-        cancel,
-        &RunOptions::default(),
-    )
-    .await
+    };
+    run_level_with(target, classes, spec, cancel, &RunOptions::default()).await
 }
 
 pub(super) struct Done {
@@ -563,18 +559,33 @@ impl LevelRun<'_> {
     }
 }
 
-/// As [`run_level`], with explicit options.
-#[allow(clippy::too_many_arguments)]
+/// What one level offers and for how long: the load, the window and the seed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LevelSpec {
+    /// Closed loop at a concurrency, or open loop at a rate.
+    pub mode: LevelMode,
+    /// Warm-up: requests started in it are not recorded.
+    pub warmup: Duration,
+    /// Measurement window (extended up to [`RunOptions::measure_max`] while the check says so).
+    pub measure: Duration,
+    /// Seeds arrivals, the mix and the prompts.
+    pub seed: u64,
+}
+
+/// As [`run_level`], with the level in a [`LevelSpec`] and explicit options.
 pub async fn run_level_with(
     target: &Target,
     classes: &[ClassPlan],
-    mode: LevelMode,
-    warmup: Duration,
-    measure: Duration,
-    seed: u64,
+    spec: LevelSpec,
     cancel: CancellationFlag,
     opts: &RunOptions,
 ) -> LevelRecording {
+    let LevelSpec {
+        mode,
+        warmup,
+        measure,
+        seed,
+    } = spec;
     let names: Vec<&str> = classes.iter().map(|c| c.name.as_str()).collect();
     let mut out = LevelRecording::new(mode.level(), mode.load_mode(), &names);
     out.warmup_s = warmup.as_secs_f64();

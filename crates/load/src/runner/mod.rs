@@ -41,8 +41,8 @@ mod probe;
 mod warnings;
 
 pub use level::{
-    GoodputSlo, LevelCheck, RunOptions, process_cpu_s, record_finished, run_level, run_level_with,
-    thread_cpu_s, window_note,
+    GoodputSlo, LevelCheck, LevelSpec, RunOptions, process_cpu_s, record_finished, run_level,
+    run_level_with, thread_cpu_s, window_note,
 };
 pub use probe::{ModelInfo, ProbeError, ServerInfo, probe};
 pub use warnings::{refusal_warning, stall_warning};
