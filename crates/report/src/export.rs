@@ -2,8 +2,8 @@
 //! hyperfine's `export/`): [`EXPORTERS`] lists them in the order they are written, and
 //! [`crate::write_run_files`] and [`crate::rerender_run_files`] write whatever it lists. A new
 //! format is one file with an [`Exporter`] (a [`Text`] for a text rendering) and one entry in
-//! the list (and its name in
-//! `headroom_core::run_dir::RUN_FILES`, which a test checks against the list).
+//! the list (and its name in `headroom_core::run_dir::RUN_FILES`, which a test checks against
+//! the list).
 //!
 //! An exporter knows no path: it renders bytes and names its file; the writer puts them into
 //! the run directory ([`headroom_core::run_dir::RunDir`]).
