@@ -12,12 +12,14 @@
 //! `--fail-on-breach` when any window's verdict is FAIL; 2 on bad input (unreachable endpoint,
 //! not a metrics body, no engine metrics, no data in the range, a bad SLO file or flag).
 
+use crate::duration_arg::duration_arg;
+use crate::sweep_cmd::fmt_secs;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use headroom_core::Verdict;
 use headroom_core::objective::Bound;
 use headroom_core::run::redact_url;
-use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, SloSpec, parse_duration_s};
+use headroom_core::slo::{DEFAULT_SLO_YAML, SloFile, SloSpec};
 use headroom_diagnose::{Origin, PrefixPlan, Setting};
 use headroom_report::diagnosis::{self, Diagnosis, DiagnosisSource};
 use headroom_signals::adapter::{Instance, instances};
@@ -63,15 +65,15 @@ pub struct DiagnoseArgs {
     #[arg(long, requires = "url", value_name = "URL")]
     pub gateway: Option<String>,
     /// Seconds between scrapes with --url (`5s`, `500ms`).
-    #[arg(long, default_value = "5s")]
-    pub interval: String,
+    #[arg(long, default_value = "5s", value_parser = duration_arg)]
+    pub interval: Duration,
     /// Length of the live window with --url (`30s`, `2m`); `0s` takes one scrape, read as
     /// everything since the server started.
-    #[arg(long, default_value = "30s")]
-    pub duration: String,
+    #[arg(long, default_value = "30s", value_parser = duration_arg)]
+    pub duration: Duration,
     /// Timeout of each scrape or Prometheus query.
-    #[arg(long, default_value = "10s")]
-    pub timeout: String,
+    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    pub timeout: Duration,
     /// Prometheus-compatible base URL (Prometheus, Thanos, Mimir, VictoriaMetrics).
     #[arg(long)]
     pub prometheus: Option<String>,
@@ -123,19 +125,6 @@ struct Read {
     level_scrapes: Option<Loaded>,
     /// A Headroom gateway's windows over the same span, one per `class`; empty without one.
     gateway: BTreeMap<String, Window>,
-}
-
-fn duration_flag(name: &str, v: &str) -> Result<Duration> {
-    // `0`, `0s`, `0ms`: zero (one scrape for --duration)
-    if v.trim()
-        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
-        .parse::<f64>()
-        == Ok(0.0)
-    {
-        return Ok(Duration::ZERO);
-    }
-    let s = parse_duration_s(v).map_err(|e| anyhow!("--{name} {v:?}: {e}"))?;
-    Duration::try_from_secs_f64(s).map_err(|e| anyhow!("--{name} {v:?}: {e}"))
 }
 
 fn selection(args: &[String]) -> Result<Selection> {
@@ -249,12 +238,10 @@ fn window_of(
 }
 
 async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
-    let timeout = duration_flag("timeout", &a.timeout)?;
+    let (timeout, interval, duration) = (a.timeout, a.interval, a.duration);
     if let Some(url) = &a.url {
-        let interval = duration_flag("interval", &a.interval)?;
-        let duration = duration_flag("duration", &a.duration)?;
         if interval.is_zero() {
-            bail!("--interval {:?}: must be above zero", a.interval);
+            bail!("--interval {}: must be above zero", fmt_secs(interval));
         }
         let extra: Vec<String> = [a.dcgm.as_deref(), a.gateway.as_deref()]
             .into_iter()
@@ -268,8 +255,8 @@ async fn read_windows(a: &DiagnoseArgs, sel: &Selection) -> Result<Vec<Read>> {
                 .iter()
                 .map(|u| format!(" and {u}"))
                 .collect::<String>(),
-            a.interval,
-            a.duration
+            fmt_secs(interval),
+            fmt_secs(duration)
         );
         let p = poll_with_gateway(
             url,
@@ -1098,4 +1085,68 @@ pub async fn run(a: DiagnoseArgs) -> Result<i32> {
     print!("{text}");
     let failed = ds.iter().any(|d| d.assessment.verdict == Verdict::Fail);
     Ok(if a.fail_on_breach && failed { 1 } else { 0 })
+}
+
+#[cfg(test)]
+mod time_flag_tests {
+    use clap::Parser;
+    use std::time::Duration;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: super::DiagnoseArgs,
+    }
+
+    /// `headroom diagnose --url … ARGS` (a source is required; nothing is polled here).
+    fn parse(args: &[&str]) -> Result<super::DiagnoseArgs, clap::Error> {
+        let head = ["diagnose", "--url", "http://127.0.0.1:9/metrics"];
+        T::try_parse_from(head.into_iter().chain(args.iter().copied())).map(|t| t.a)
+    }
+
+    /// `--interval`, `--duration` and `--timeout` keep their defaults and every form they took
+    /// as strings (units, zero as `0` or `0s`), and now plain seconds too.
+    #[test]
+    fn time_flags_parse_to_durations() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(
+            (a.interval, a.duration, a.timeout),
+            (
+                Duration::from_secs(5),
+                Duration::from_secs(30),
+                Duration::from_secs(10)
+            )
+        );
+        let a = parse(&["--interval", "500ms", "--duration", "0s", "--timeout", "2"]).unwrap();
+        assert_eq!(
+            (a.interval, a.duration, a.timeout),
+            (
+                Duration::from_millis(500),
+                Duration::ZERO,
+                Duration::from_secs(2)
+            )
+        );
+        let a = parse(&["--duration", "0", "--interval", "1.5m"]).unwrap();
+        assert_eq!(
+            (a.duration, a.interval),
+            (Duration::ZERO, Duration::from_secs(90))
+        );
+        let e = parse(&["--timeout", "3 parsecs"]).unwrap_err().to_string();
+        assert!(
+            e.contains("'--timeout <TIMEOUT>'") && e.contains("unknown unit"),
+            "{e}"
+        );
+    }
+
+    /// A zero interval parses (zero is a time) and is refused before anything is polled.
+    #[test]
+    fn a_zero_interval_is_refused() {
+        let a = parse(&["--interval", "0"]).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let e = rt.block_on(super::run(a)).unwrap_err().to_string();
+        assert_eq!(e, "--interval 0s: must be above zero");
+    }
 }

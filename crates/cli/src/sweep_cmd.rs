@@ -2,6 +2,7 @@
 //! embedded engine twin), the workload and the SLO, run `headroom_sweep`, write the run directory
 //! after every level, print the summary.
 
+use crate::duration_arg::duration_arg;
 use crate::sweep_progress::ProgressMode;
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -49,8 +50,8 @@ pub struct SweepArgs {
     #[arg(long)]
     pub dcgm: Option<String>,
     /// Time between scrapes during a level: seconds (2) or a duration (2s, 500ms).
-    #[arg(long, default_value_t = 2.0, value_parser = seconds_arg)]
-    pub scrape_interval: f64,
+    #[arg(long, default_value = "2", value_parser = duration_arg)]
+    pub scrape_interval: Duration,
     /// Levels to run (comma-separated concurrencies or req/s); default automatic.
     #[arg(long, value_delimiter = ',')]
     pub levels: Option<Vec<f64>>,
@@ -64,12 +65,12 @@ pub struct SweepArgs {
     #[arg(long)]
     pub resolution: Option<String>,
     /// Warm-up per level: seconds (10) or a duration (10s, 1m) (default: the workload's).
-    #[arg(long, value_parser = seconds_arg)]
-    pub warmup: Option<f64>,
+    #[arg(long, value_parser = duration_arg)]
+    pub warmup: Option<Duration>,
     /// Measurement window per level: seconds (30) or a duration (30s, 2m) (default: the
     /// workload's).
-    #[arg(long, value_parser = seconds_arg)]
-    pub measure: Option<f64>,
+    #[arg(long, value_parser = duration_arg)]
+    pub measure: Option<Duration>,
     /// Seed of arrivals, prompts and the mix (default: the workload's `seed`, else a new random
     /// one per run, printed and recorded in manifest.json). A rerun with the same seed sends the
     /// same prompts, which an engine's prefix cache may still hold from the last run.
@@ -352,11 +353,11 @@ pub async fn run(args: SweepArgs, argv: Vec<String>) -> Result<i32> {
         .transpose()?;
     let warmup_flag = args
         .warmup
-        .map(|v| flag_window("--warmup", v, true))
+        .map(|v| flag_window("--warmup", v.as_secs_f64(), true))
         .transpose()?;
     let measure_flag = args
         .measure
-        .map(|v| flag_window("--measure", v, false))
+        .map(|v| flag_window("--measure", v.as_secs_f64(), false))
         .transpose()?;
     let tokenizer = match &args.tokenizer {
         Some(p) => Some(Arc::new(PromptTokenizer::from_file(p)?)),
@@ -910,17 +911,6 @@ pub(crate) fn push_client(url: Option<&str>) -> Result<Option<RemoteWriteClient>
 }
 
 /// `--warmup` / `--measure` in seconds, checked as the workload's `warmup` / `measure` are.
-/// A time flag's value in seconds: a plain number of seconds (`2.5`) or a duration with a unit
-/// as in `slo.yaml` (`2.5s`, `500ms`, `1m`; [`headroom_core::slo::parse_duration_s`]). The range
-/// is checked where the flag is used.
-pub(crate) fn seconds_arg(v: &str) -> std::result::Result<f64, String> {
-    match v.trim().parse::<f64>() {
-        Ok(s) => Ok(s),
-        Err(_) => headroom_core::slo::parse_duration_s(v)
-            .map_err(|e| format!("{e}; or a plain number of seconds")),
-    }
-}
-
 pub(crate) fn flag_window(flag: &str, secs: f64, allow_zero: bool) -> Result<Duration> {
     window_from_secs(secs, allow_zero).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
@@ -929,8 +919,9 @@ pub(crate) fn flag_window(flag: &str, secs: f64, allow_zero: bool) -> Result<Dur
 /// level needs at least two scrapes to see anything.
 const SCRAPE_INTERVAL_S: std::ops::RangeInclusive<f64> = 0.2..=3600.0;
 
-/// `--scrape-interval` in seconds: finite, from 0.2 s to 1 h.
-fn flag_scrape_interval(secs: f64) -> Result<Duration> {
+/// `--scrape-interval`: from 0.2 s to 1 h.
+fn flag_scrape_interval(d: Duration) -> Result<Duration> {
+    let secs = d.as_secs_f64();
     if !SCRAPE_INTERVAL_S.contains(&secs) {
         bail!(
             "--scrape-interval: {secs}: expected seconds from {} to {} (e.g. 2)",
@@ -938,7 +929,7 @@ fn flag_scrape_interval(secs: f64) -> Result<Duration> {
             SCRAPE_INTERVAL_S.end()
         );
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 /// The command line as stored in `manifest.json`: every URL without its userinfo and query
@@ -979,26 +970,6 @@ pub(crate) fn redact_argv(argv: &[String]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    /// Time flags take plain seconds or a duration with a unit; anything else is refused with
-    /// what was expected.
-    #[test]
-    fn time_flags_take_seconds_or_durations() {
-        for (v, want) in [
-            ("3", 3.0),
-            ("2.5", 2.5),
-            ("3s", 3.0),
-            ("500ms", 0.5),
-            ("1m", 60.0),
-            (" 1.5s ", 1.5),
-        ] {
-            assert_eq!(super::seconds_arg(v), Ok(want), "{v:?}");
-        }
-        for v in ["", "s", "3 parsecs", "abc", "-"] {
-            let e = super::seconds_arg(v).unwrap_err();
-            assert!(e.contains("plain number of seconds"), "{v:?}: {e}");
-        }
-    }
-
     /// The closing line names exactly the files that exist: none, the current ones, and those
     /// left from an earlier write; not those a failed write removed.
     #[test]
@@ -1221,13 +1192,17 @@ mod flag_tests {
     }
 
     /// Runs `headroom sweep ARGS` up to its first error; bad flags fail before anything starts
-    /// (no engine twin, no load), so each call returns at once.
+    /// (no engine twin, no load), so each call returns at once. A value clap refuses (a time
+    /// that is not one) comes back as clap's message, which names the flag as `'--flag <NAME>'`.
     fn sweep_error(args: &[&str]) -> String {
         let argv: Vec<String> = std::iter::once("sweep")
             .chain(args.iter().copied())
             .map(String::from)
             .collect();
-        let t = T::try_parse_from(&argv).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let t = match T::try_parse_from(&argv) {
+            Ok(t) => t,
+            Err(e) => return e.to_string(),
+        };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -1240,7 +1215,8 @@ mod flag_tests {
 
     /// Every numeric flag of `sweep`, with every kind of bad value: negative, NaN, ±∞, zero
     /// where it must be positive, past `Duration`'s range, past its bound. Each is an error
-    /// naming the flag (exit 2 in `main`), never a panic.
+    /// naming the flag (exit 2 in `main`), never a panic: clap's for a time that is not one
+    /// (negative, NaN, ±∞, past `Duration`), the command's for one out of its range.
     #[test]
     fn every_numeric_flag_rejects_every_bad_value() {
         let not_numbers = ["nan", "inf", "-inf", "1e300"];
@@ -1268,8 +1244,20 @@ mod flag_tests {
         for (arg, flag) in &cases {
             let e = std::panic::catch_unwind(|| sweep_error(&[arg.as_str()]))
                 .unwrap_or_else(|_| panic!("{arg} panicked"));
-            assert!(e.starts_with(&format!("{flag}:")), "{arg}: {e}");
+            assert!(
+                e.starts_with(&format!("{flag}:")) || e.contains(&format!("for '{flag} <")),
+                "{arg}: {e}"
+            );
         }
+        let e = sweep_error(&["--scrape-interval", "100ms"]);
+        assert!(
+            e.starts_with("--scrape-interval: 0.1: expected seconds from 0.2 to 3600"),
+            "{e}"
+        );
+        let e = sweep_error(&["--warmup=-1"]);
+        assert!(e.contains("`-1` is not a time of 0 or more"), "{e}");
+        let e = sweep_error(&["--measure", "25h"]);
+        assert!(e.starts_with("--measure: 90000 s is longer than a day"), "{e}");
         let e = sweep_error(&["--start", "8", "--max-load", "4"]);
         assert!(e.contains("--start 8 is above --max-load 4"), "{e}");
     }
