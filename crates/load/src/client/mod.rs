@@ -348,14 +348,14 @@ impl Target {
         start: Instant,
         cancel: &CancellationFlag,
     ) -> Answer {
-        let mut retry_after = None;
-        let mut st = StreamState {
+        let retry_after = None;
+        let st = StreamState {
             // Sized for the answer asked for; a workload's huge max_tokens does not reserve GBs.
             content_chunk_ns: Vec::with_capacity((req.max_tokens as usize + 1).min(1 << 16)),
             max_content_chunks: Some(sse::chunk_limit(req.max_tokens)),
             ..StreamState::default()
         };
-        let mut rec = RequestRecord {
+        let rec = RequestRecord {
             class: req.class,
             start_offset_ns: 0,
             send_lag_ns: 0,
@@ -370,17 +370,14 @@ impl Target {
             message: None,
         };
         let deadline = tokio::time::Instant::from_std(start + self.config.request_timeout);
-        let mut last_ns = 0u64;
+        let mut so_far = SoFar {
+            st,
+            rec,
+            last_ns: 0,
+            retry_after,
+        };
         let ended = {
-            let mut exchange = pin!(self.exchange(
-                req,
-                sent,
-                start,
-                &mut st,
-                &mut rec,
-                &mut last_ns,
-                &mut retry_after
-            ));
+            let mut exchange = pin!(self.exchange(req, sent, start, &mut so_far));
             let mut cancelled = pin!(cancel.cancelled());
             let mut timer = pin!(tokio::time::sleep_until(deadline));
             // As `select!` (biased: cancel, then deadline, then the exchange), except that the
@@ -402,6 +399,12 @@ impl Target {
             })
             .await
         };
+        let SoFar {
+            mut st,
+            mut rec,
+            last_ns,
+            retry_after,
+        } = so_far;
         let end_ns = nanos_since(start);
         rec.outcome = match ended {
             Some(o) => o,
@@ -503,20 +506,23 @@ impl Target {
         self.answer(req, Some(sent), start, cancel).await.record
     }
 
-    /// Runs the HTTP exchange; `Some(outcome)` when it ended before or outside the stream
-    /// (HTTP status, transport), `None` when the stream ran and `st` decides. An error status
-    /// sets `retry_after` from its `Retry-After` / `retry-after-ms` headers.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs the HTTP exchange, filling `so_far`; `Some(outcome)` when it ended before or outside
+    /// the stream (HTTP status, transport), `None` when the stream ran and `so_far.st` decides.
+    /// An error status sets `so_far.retry_after` from its `Retry-After` / `retry-after-ms`
+    /// headers.
     async fn exchange(
         &self,
         req: &PreparedRequest,
         sent: Option<Dispatched>,
         start: Instant,
-        st: &mut StreamState,
-        rec: &mut RequestRecord,
-        last_ns: &mut u64,
-        retry_after: &mut Option<Duration>,
+        so_far: &mut SoFar,
     ) -> Option<Outcome> {
+        let SoFar {
+            st,
+            rec,
+            last_ns,
+            retry_after,
+        } = so_far;
         let answered = match sent {
             Some(Dispatched(sent)) => {
                 rec.send_lag_ns = nanos_between(start, sent.at);
@@ -650,6 +656,17 @@ impl From<Failure> for String {
             Failure::Transport(m) | Failure::ClientLimit(m) => m,
         }
     }
+}
+
+/// What [`Target::exchange`] has seen of a request so far; it stays with the caller, so a
+/// request cancelled or timed out mid-stream keeps what arrived.
+struct SoFar {
+    st: StreamState,
+    rec: RequestRecord,
+    /// When the last body frame arrived, ns from the request's start.
+    last_ns: u64,
+    /// The wait an error answer asked for.
+    retry_after: Option<Duration>,
 }
 
 /// A finished request and the wait its answer asked for.
