@@ -1257,7 +1257,10 @@ mod flag_tests {
         let e = sweep_error(&["--warmup=-1"]);
         assert!(e.contains("`-1` is not a time of 0 or more"), "{e}");
         let e = sweep_error(&["--measure", "25h"]);
-        assert!(e.starts_with("--measure: 90000 s is longer than a day"), "{e}");
+        assert!(
+            e.starts_with("--measure: 90000 s is longer than a day"),
+            "{e}"
+        );
         let e = sweep_error(&["--start", "8", "--max-load", "4"]);
         assert!(e.contains("--start 8 is above --max-load 4"), "{e}");
     }

@@ -9,14 +9,14 @@ use headroom_core::slo::SloFile;
 use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
 use headroom_load::runner::RunOptions;
-use headroom_sweep::controller::{
-    LevelMeasurer, LevelRequest, Quiet, Sweep, SweepSettings, phases,
-};
-use headroom_sweep::search::LevelPlan;
 use headroom_load::workload::Workload;
 use headroom_plan::calibrate::{FitOptions, Param, fit, read_run};
 use headroom_plan::twin::TwinLevels;
 use headroom_sim::{EngineConfig, SimSpec};
+use headroom_sweep::controller::{
+    LevelMeasurer, LevelRequest, Quiet, Sweep, SweepSettings, phases,
+};
+use headroom_sweep::search::LevelPlan;
 use std::path::Path;
 use std::time::Duration;
 

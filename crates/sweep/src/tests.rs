@@ -63,13 +63,13 @@ async fn a_level_at_a_rate_past_any_clock_returns_without_load() {
 
 mod sweep_runs {
     use super::plans;
-    use headroom_load::client::{CancellationFlag, Target};
     use crate::controller::{Quiet, Sweep, SweepSettings};
     use crate::search::LevelPlan;
-    use headroom_load::testkit::{StubConfig, StubServer};
     use headroom_core::Verdict;
     use headroom_core::run::{LoadMode, RunResult, RunStatus};
     use headroom_core::slo::SloFile;
+    use headroom_load::client::{CancellationFlag, Target};
+    use headroom_load::testkit::{StubConfig, StubServer};
     use std::path::Path;
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
@@ -547,8 +547,8 @@ mod sweep_runs {
         let stub = StubServer::start(StubConfig::default()).unwrap();
         let t = Target::new(&stub.url(), None, Some("tiny")).unwrap();
         let text = "load: {mode: concurrency}\nclasses:\n  - {name: a, endpoint: completions, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n  - {name: b, endpoint: chat, prompt_tokens: {fixed: 8}, max_tokens: {fixed: 4}}\n";
-        let w =
-            headroom_load::workload::Workload::parse(text, Path::new("w.yaml"), Path::new(".")).unwrap();
+        let w = headroom_load::workload::Workload::parse(text, Path::new("w.yaml"), Path::new("."))
+            .unwrap();
         let p = headroom_load::prompt::ClassPlan::from_workload(&w, None).unwrap();
         for only in ["b", "mix"] {
             let dir = tempfile::tempdir().unwrap();
@@ -618,11 +618,11 @@ mod sweep_runs {
 /// count the same population through `LevelResult::level_outcomes`.
 #[test]
 fn the_error_objective_counts_what_the_reports_show() {
-    use headroom_load::recorder::LevelRecording;
     use crate::controller::{Phase, client_objectives};
     use headroom_core::Outcome;
     use headroom_core::run::LoadMode;
     use headroom_core::slo::SloFile;
+    use headroom_load::recorder::LevelRecording;
     let slo = SloFile::parse(
         "objectives:\n  \"*\":\n    error_rate: 0.5%\n",
         Path::new("slo.yaml"),
@@ -677,10 +677,10 @@ fn the_error_objective_counts_what_the_reports_show() {
 /// queue_time_p95 1 of 20" beside 24 TTFT samples all far below the threshold.)
 #[test]
 fn few_per_request_queue_times_fall_back_to_the_ttft_bound() {
-    use headroom_load::recorder::LevelRecording;
     use crate::controller::{Phase, client_objectives};
     use headroom_core::run::LoadMode;
     use headroom_core::slo::SloFile;
+    use headroom_load::recorder::LevelRecording;
     let slo = SloFile::parse(
         "objectives:\n  \"*\":\n    queue_time: {p95: 300ms}\n",
         Path::new("slo.yaml"),
