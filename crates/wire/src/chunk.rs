@@ -68,7 +68,7 @@ pub fn is_done(data: &[u8]) -> bool {
 /// The event is not a chunk serde can read (bad JSON, or a field of the wrong type).
 #[inline]
 pub fn parse(data: &[u8]) -> Result<Chunk<'_>, serde_json::Error> {
-    if let Some(s) = crate::chunk_scan::scan(data) {
+    if let Some(s) = parse_plain(data) {
         return Ok(Chunk {
             content: s.content,
             finish_reason: s.finish_reason.map(Cow::Borrowed),
@@ -76,6 +76,19 @@ pub fn parse(data: &[u8]) -> Result<Chunk<'_>, serde_json::Error> {
         });
     }
     parse_serde(data)
+}
+
+/// What [`parse_plain`] reads of a plain content chunk: whether it is a content chunk and the
+/// last non-null `finish_reason` of its choices (it has no usage, metrics or error).
+pub use crate::chunk_scan::Scan as Plain;
+
+/// [`parse`]'s fast path alone, for a caller that keeps only a few fields of a chunk and would
+/// rather not build a [`Chunk`] for every event: `Some` exactly where [`parse`] answers without
+/// serde, with the same content and `finish_reason`; `None` where [`parse_serde`] must read the
+/// event (usage, metrics, an error object, or anything the scanner does not fully check).
+#[inline]
+pub fn parse_plain(data: &[u8]) -> Option<Plain<'_>> {
+    crate::chunk_scan::scan(data)
 }
 
 /// The reference reading of one event through serde_json; [`parse`]'s fast path answers only

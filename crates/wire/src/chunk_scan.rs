@@ -20,9 +20,9 @@
 
 use headroom_core::signal::{ChoiceText, ChunkContent};
 
-/// What the fast path found in one chunk.
+/// What the fast path found in one chunk (re-exported as [`crate::chunk::Plain`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Scan<'a> {
+pub struct Scan<'a> {
     /// A content chunk ([`ChunkContent`]).
     pub content: bool,
     /// The last `finish_reason` of its choices that is a string.

@@ -115,6 +115,7 @@ impl Driver {
 /// since, nothing is polled: hyper's server asks its body once more after each flush, and that
 /// poll then costs no trip through the connection. Call [`drive`] for a new `f`, or it may not
 /// be polled at all.
+#[inline]
 pub fn poll_driven<T>(
     d: &mut Driver,
     cx: &mut Context<'_>,
@@ -136,21 +137,25 @@ fn rounds<T>(
     cx: &mut Context<'_>,
     mut f: impl FnMut(&mut Context<'_>) -> Poll<T>,
 ) -> Poll<T> {
-    let waker = d.waker.clone();
-    let mut inner = Context::from_waker(&waker);
+    // Borrowed apart, so that the relay waker is lent to the context rather than cloned (an
+    // atomic increment and decrement, through the waker's vtable, on every poll).
+    let Driver {
+        conn, relay, waker, ..
+    } = d;
+    let mut inner = Context::from_waker(waker);
     for _ in 0..MAX_ROUNDS {
-        d.relay.woken.store(false, Ordering::SeqCst);
-        d.relay.polling.store(true, Ordering::SeqCst);
-        let r = round(d, &mut inner, &mut f);
-        d.relay.polling.store(false, Ordering::SeqCst);
+        relay.woken.store(false, Ordering::SeqCst);
+        relay.polling.store(true, Ordering::SeqCst);
+        let r = round(conn, relay, &mut inner, &mut f);
+        relay.polling.store(false, Ordering::SeqCst);
         // Ready: the caller polls again once it has used the value. Pending: a wake-up during
         // the round (read after `polling` is cleared, so none is lost) may mean progress now.
-        if r.is_ready() || !d.relay.woken.load(Ordering::SeqCst) {
+        if r.is_ready() || !relay.woken.load(Ordering::SeqCst) {
             return r;
         }
     }
     // Handed to the task as an outside wake-up, so that its next poll is a real one.
-    d.relay.notified.store(true, Ordering::SeqCst);
+    relay.notified.store(true, Ordering::SeqCst);
     cx.waker().wake_by_ref();
     Poll::Pending
 }
@@ -160,7 +165,8 @@ fn rounds<T>(
 /// which the connection reads when polled), so only wake-ups from the connection's poll or the
 /// last `f` ask for another round.
 fn round<T>(
-    d: &mut Driver,
+    conn: &mut Option<Conn>,
+    relay: &Relay,
     cx: &mut Context<'_>,
     f: &mut impl FnMut(&mut Context<'_>) -> Poll<T>,
 ) -> Poll<T> {
@@ -168,14 +174,14 @@ fn round<T>(
         if let Poll::Ready(v) = f(cx) {
             return Poll::Ready(v);
         }
-        let Some(c) = d.conn.as_mut() else {
+        let Some(c) = conn.as_mut() else {
             return Poll::Pending;
         };
-        d.relay.woken.store(false, Ordering::SeqCst);
+        relay.woken.store(false, Ordering::SeqCst);
         match Pin::new(c).poll(cx) {
             // Dropping the finished connection closes hyper's channels, so `f` sees the end
             // (an error, or its value) when polled again.
-            Poll::Ready(_) => d.conn = None,
+            Poll::Ready(_) => *conn = None,
             Poll::Pending => return f(cx),
         }
     }
