@@ -144,19 +144,7 @@ mod tests {
         assert_eq!(events, 1);
     }
 
-    fn fixture(name: &str) -> Vec<u8> {
-        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/openai")
-            .join(name);
-        let raw = std::fs::read(&p).unwrap();
-        // Some fixtures are whole HTTP responses: keep the body after the blank line.
-        if raw.starts_with(b"HTTP/") {
-            let i = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-            raw[i + 4..].to_vec()
-        } else {
-            raw
-        }
-    }
+    use headroom_testkit::openai_fixture_body as fixture;
 
     /// (content events, finish, completion tokens, done) over the whole stream, fed in pieces of
     /// `split` bytes.

@@ -282,6 +282,27 @@ fn rand_suffix() -> u32 {
         .subsec_nanos()
 }
 
+/// The body of the recorded OpenAI-API answer `fixtures/openai/NAME` (real vLLM 0.32): the file
+/// itself, or for a fixture that is a whole HTTP response, what follows its blank line.
+///
+/// # Panics
+/// When the file cannot be read (the panic names it), or an HTTP response has no blank line.
+pub fn openai_fixture_body(name: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/openai")
+        .join(name);
+    let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    if raw.starts_with(b"HTTP/") {
+        let i = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or_else(|| panic!("{}: an HTTP response without a blank line", p.display()));
+        raw[i + 4..].to_vec()
+    } else {
+        raw
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -273,19 +273,7 @@ mod tests {
     use super::*;
     use crate::chunk_scan::{Scan, scan};
 
-    fn fixture(name: &str) -> Vec<u8> {
-        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/openai")
-            .join(name);
-        let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        // Some fixtures are whole HTTP responses: keep the body after the blank line.
-        if raw.starts_with(b"HTTP/") {
-            let i = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-            raw[i + 4..].to_vec()
-        } else {
-            raw
-        }
-    }
+    use headroom_testkit::openai_fixture_body as fixture;
 
     /// The JSON payload of every event of every stream fixture.
     fn fixture_payloads() -> Vec<Vec<u8>> {

@@ -178,19 +178,7 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    fn fixture(name: &str) -> Vec<u8> {
-        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/openai")
-            .join(name);
-        let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        // Some fixtures are whole HTTP responses: keep the body after the blank line.
-        if raw.starts_with(b"HTTP/") {
-            let i = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-            raw[i + 4..].to_vec()
-        } else {
-            raw
-        }
-    }
+    use headroom_testkit::openai_fixture_body as fixture;
 
     /// Parses `bytes` delivered as two frames split at `split`, each event stamped with the index
     /// of the frame that completed it.
