@@ -519,8 +519,13 @@ fn simulate_level(
         seed,
         opts: &ropts,
     });
-    let total = m.rec.total();
     let mut f = BTreeMap::new();
+    if m.rec.aborted.is_some() {
+        // A level the twin could not finish has no figures: each then costs the prior's
+        // penalty instead of lending a half-run's numbers to the fit.
+        return (f, None);
+    }
+    let total = m.rec.total();
     for (sig, name) in [
         (LatencySignal::Itl, "itl_p50_s"),
         (LatencySignal::Ttft, "ttft_p50_s"),

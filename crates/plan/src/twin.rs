@@ -442,10 +442,12 @@ impl<'a> Level<'a> {
                 } else {
                     t
                 },
-                if closed_at.is_none() {
-                    next_check.min(window_end)
-                } else {
-                    drain_deadline
+                // `next_check` moves on only when there is a check: without one it is no event
+                // (an idle engine would otherwise wait at it for ever).
+                match (closed_at, &opts.check) {
+                    (None, Some(_)) => next_check.min(window_end),
+                    (None, None) => window_end,
+                    (Some(_), _) => drain_deadline,
                 },
             ]
             .into_iter()
