@@ -138,6 +138,8 @@ struct Request {
     epoch: u32,
     num_preemptions: u32,
     arrival_s: f64,
+    /// While pending: when the request reaches the engine core (after the frontend). From the
+    /// step that takes it into the scheduler: that step's start, vLLM's QUEUED event.
     queued_s: f64,
     scheduled_s: Option<f64>,
     first_token_s: Option<f64>,
@@ -198,6 +200,9 @@ pub struct Engine {
     next_batch: Batch,
     hit_scratch: Vec<u32>,
     rng: Xoshiro256PlusPlus,
+    /// Draws of the per-request frontend jitter (apart from `rng`, so that adding requests does
+    /// not change the step-time draws).
+    frontend_rng: Xoshiro256PlusPlus,
     stats: VllmStats,
     telemetry: Telemetry,
     frontend_in_s: f64,
@@ -276,11 +281,17 @@ impl Engine {
         Ok(Engine {
             recent_queue: Vec::new(),
             frontend_in_s: cfg.gpu.frontend_in_ms * 1e-3 * cfg.time_scale,
-            frontend_service_s: spec::FRONTEND_REQUEST_CPU_MS * 1e-3 * cfg.time_scale,
+            frontend_service_s: cfg
+                .gpu
+                .frontend_cpu_ms
+                .unwrap_or(spec::FRONTEND_REQUEST_CPU_MS)
+                * 1e-3
+                * cfg.time_scale,
             frontend_chunk_s: spec::FRONTEND_CHUNK_US * 1e-6 * cfg.time_scale,
             frontend_free_s: 0.0,
             frontend_chunks: None,
             rng: Xoshiro256PlusPlus::seed_from_u64(cfg.seed ^ 0x5eed_0000_0000_0001),
+            frontend_rng: Xoshiro256PlusPlus::seed_from_u64(cfg.seed ^ 0x5eed_0000_0000_0002),
             cfg,
             model,
             pool,
@@ -376,12 +387,13 @@ impl Engine {
                 reason = FinishReason::Stop;
             }
         }
+        let frontend_in_s = self.frontend_in_s * self.frontend_jitter();
         let queued_s = if self.cfg.frontend_cpu_queue {
             // One frontend process: the request's own service (template, tokenisation, IPC)
             // starts when the process is free of earlier requests and output chunks.
             // Of `frontend_in`, the CPU-bound share is serial; the rest (IPC, the event loop's
             // hand-off) is latency that overlaps other requests.
-            let service = self.frontend_service_s.min(self.frontend_in_s);
+            let service = self.frontend_service_s.min(frontend_in_s);
             if self
                 .frontend_chunks
                 .is_some_and(|(landed, _)| now_s >= landed)
@@ -390,9 +402,9 @@ impl Engine {
             }
             let start = now_s.max(self.frontend_free_s);
             self.frontend_free_s = start + service;
-            self.frontend_free_s + (self.frontend_in_s - service)
+            self.frontend_free_s + (frontend_in_s - service)
         } else {
-            now_s + self.frontend_in_s
+            now_s + frontend_in_s
         };
         let mut r = Request {
             uid,
@@ -512,7 +524,12 @@ impl Engine {
                 break;
             }
             self.pending.pop_front();
-            self.req_mut(slot).status = Status::Waiting;
+            let r = self.req_mut(slot);
+            r.status = Status::Waiting;
+            // vLLM records QUEUED when its busy loop drains the input queue into the scheduler,
+            // right before it schedules (`EngineCore._process_input_queue`), not when the request
+            // reached the engine core's socket: the wait for the step in flight is not queue time.
+            r.queued_s = now_s;
             self.waiting.push_back(slot);
         }
 
@@ -558,6 +575,16 @@ impl Engine {
         if let Some((landed, work)) = self.frontend_chunks.take() {
             self.frontend_free_s = self.frontend_free_s.max(landed) + work;
         }
+    }
+
+    /// One request's frontend delay as a multiple of `frontend_in_ms`: log-normal with median 1
+    /// and σ [`EngineConfig::frontend_jitter_sigma`].
+    fn frontend_jitter(&mut self) -> f64 {
+        let sigma = self.cfg.frontend_jitter_sigma;
+        if sigma <= 0.0 {
+            return 1.0;
+        }
+        (sigma * standard_normal(&mut self.frontend_rng)).exp()
     }
 
     /// Time at which the next queued request reaches the engine core, if any is in the frontend.
@@ -745,11 +772,8 @@ impl Engine {
         let f = self.telemetry.clock_factor();
         let mut cost = self.model.cost(&batch.work, f);
         if self.cfg.step_jitter_sigma > 0.0 {
-            // Log-normal jitter with median 1 (Box–Muller on two uniforms).
-            let u1: f64 = self.rng.random::<f64>().max(1e-12);
-            let u2: f64 = self.rng.random::<f64>();
-            let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-            cost.duration_s *= (self.cfg.step_jitter_sigma * z).exp();
+            // Log-normal jitter with median 1.
+            cost.duration_s *= (self.cfg.step_jitter_sigma * standard_normal(&mut self.rng)).exp();
         }
         let duration = cost.duration_s * self.cfg.time_scale;
         let done_s = now_s + duration;
@@ -895,3 +919,10 @@ fn unreachable_slot() -> ! {
 
 #[cfg(test)]
 mod tests;
+
+/// A standard normal draw (Box–Muller on two uniforms).
+fn standard_normal(rng: &mut Xoshiro256PlusPlus) -> f64 {
+    let u1: f64 = rng.random::<f64>().max(1e-12);
+    let u2: f64 = rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}

@@ -179,6 +179,18 @@ pub struct GpuPreset {
     pub t_prefill_ms: f64,
     /// Frontend time before the engine core sees a request: HTTP, template, tokenisation, IPC (ms).
     pub frontend_in_ms: f64,
+    /// Of `frontend_in_ms`, the CPU work one API-server process does per request in turn (ms):
+    /// template, tokenisation, validation on its event loop. Used with `frontend_cpu_queue`;
+    /// absent: [`FRONTEND_REQUEST_CPU_MS`]. Capped at `frontend_in_ms`, so a large value makes the
+    /// whole frontend delay serial, as on a CPU host, where nothing of it is network.
+    #[serde(default)]
+    pub frontend_cpu_ms: Option<f64>,
+    /// Whether vLLM schedules asynchronously on this platform (the next batch is scheduled while
+    /// the current one runs, so a new prompt waits one step longer). On for CUDA and ROCm, the
+    /// default; off on vLLM's CPU backend, which forces `scheduler_config.async_scheduling =
+    /// False` (`vllm/platforms/cpu.py`, `check_and_update_config`).
+    #[serde(default = "default_async_scheduling")]
+    pub async_scheduling: bool,
     /// Framebuffer used outside vLLM's budget: CUDA context, cuBLAS, NCCL (MiB).
     pub cuda_context_mib: f64,
     /// Framebuffer the driver reserves (dcgm `FB_RESERVED`, MiB).
@@ -193,6 +205,10 @@ pub struct GpuPreset {
     pub slowdown_c: f64,
     /// Whether the GPU reports a memory temperature (HBM parts do; GDDR parts report 0).
     pub has_memory_temp: bool,
+}
+
+fn default_async_scheduling() -> bool {
+    true
 }
 
 impl GpuPreset {
@@ -436,6 +452,14 @@ pub struct EngineConfig {
     pub time_scale: f64,
     /// Log-normal σ of per-step time jitter (0 disables it).
     pub step_jitter_sigma: f64,
+    /// Log-normal σ of each request's frontend delay around `frontend_in_ms` (its median; 0
+    /// disables it). Requests differ in template, tokenisation and the API server's event loop,
+    /// so two clients that finish in the same step reach the engine core apart and often in
+    /// different steps; without it, fixed-length closed-loop users that once share a step share
+    /// every later one and prefill together for good. 0.15: the spread of single-stream TTFT on
+    /// the real vLLM of `scripts/plan-calibration-check` (p95 − p50 ≈ 1.4 ms, one 128-token
+    /// prefill step being nearly constant, of ~5 ms frontend; `crates/sim/CALIBRATION.md`).
+    pub frontend_jitter_sigma: f64,
     /// Engine-modelled faults.
     pub faults: FaultConfig,
     /// The frontend is one CPU queue and closed-loop clients wait [`FRONTEND_OUT_MS`] between a
@@ -447,6 +471,9 @@ pub struct EngineConfig {
 /// one API-server process; the rest of `frontend_in_ms` is IPC and hand-off latency that overlaps
 /// other requests. Estimate (BLIS's α₁ of about 1.8 ms per request; not measured on vLLM).
 pub const FRONTEND_REQUEST_CPU_MS: f64 = 2.0;
+
+/// Default [`EngineConfig::frontend_jitter_sigma`].
+pub const FRONTEND_JITTER_SIGMA: f64 = 0.15;
 
 /// Frontend CPU time per streamed output chunk (µs): detokenisation and the SSE write. BLIS's
 /// fitted α₂ is 46 µs per output token (simulator.md §3.2).
@@ -717,6 +744,14 @@ fn check_gpu(name: &str, g: &GpuPreset) -> Result<(), ConfigError> {
                 "cuda_context_mib ({}) + fb_reserved_mib ({}) must be less than memory_mib ({})",
                 g.cuda_context_mib, g.fb_reserved_mib, g.memory_mib
             ),
+        ));
+    }
+    if let Some(c) = g.frontend_cpu_ms
+        && !(c.is_finite() && (0.0..=1.0e6).contains(&c))
+    {
+        return Err(ConfigError::new(
+            format!("gpu {name}: frontend_cpu_ms"),
+            format!("expected a number from 0 to 1000000 (ms) or null, got {c}"),
         ));
     }
     if let Some(f8) = g.fp8_tflops
@@ -1098,6 +1133,7 @@ impl SimSpec {
             None => model.hf_name.clone(),
         };
 
+        let async_scheduling = gpu.async_scheduling;
         Ok(EngineConfig {
             gpu_name,
             gpu,
@@ -1117,10 +1153,11 @@ impl SimSpec {
             weight_bytes_per_gpu,
             non_kv_bytes_per_gpu: non_kv,
             enable_prefix_caching: self.enable_prefix_caching,
-            async_scheduling: true,
+            async_scheduling,
             seed: self.seed,
             time_scale: self.time_scale,
             step_jitter_sigma: 0.03,
+            frontend_jitter_sigma: FRONTEND_JITTER_SIGMA,
             faults: FaultConfig {
                 power_cap_w: self.power_cap_w,
                 thermal_throttle: self.thermal_throttle,
