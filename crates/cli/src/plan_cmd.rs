@@ -25,7 +25,7 @@ use std::time::Duration;
 /// Arguments of `headroom plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// GPU preset (a10g, l4, l40s, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, mi300x, …).
+    /// GPU preset (a10g, l4, l40s, a100-40gb, a100-80gb, a100-80gb-pcie, h100-sxm, h100-pcie, h200, mi300x, …).
     #[arg(long, default_value = "a10g")]
     pub gpu: String,
     /// Model preset (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b, llama-3.1-8b,

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// Arguments of `headroom sim`. Flags mirror vLLM's where vLLM has one.
 #[derive(Debug, Args)]
 pub struct SimArgs {
-    /// GPU preset (a10g, l4, l40s, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, mi300x).
+    /// GPU preset (a10g, l4, l40s, a100-40gb, a100-80gb, a100-80gb-pcie, h100-sxm, h100-pcie, h200, b200, rtx-4090, mi300x).
     #[arg(long, default_value = "a10g")]
     pub gpu: String,
     /// Model preset (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b, llama-3.1-8b, llama-3.1-70b, mistral-7b).

@@ -295,8 +295,9 @@ impl WeightDtype {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SimSpec {
-    /// GPU preset name (`a10g`, `l4`, `rtx-4090`, `l40s`, `a100-40gb`, `a100-80gb`, `h100-sxm`,
-    /// `h100-pcie`, `h200`, `b200`, `mi300x`) or a name from `custom_gpu_file`.
+    /// GPU preset name (`a10g`, `l4`, `rtx-4090`, `l40s`, `a100-40gb`, `a100-80gb`,
+    /// `a100-80gb-pcie`, `h100-sxm`, `h100-pcie`, `h200`, `b200`, `mi300x`) or a name from
+    /// `custom_gpu_file`.
     pub gpu: String,
     /// Model preset name (`qwen2.5-0.5b`, `qwen2.5-1.5b`, `qwen2.5-3b`, `qwen2.5-7b`, `llama-3.1-8b`,
     /// `llama-3.1-70b`, `mistral-7b`) or a name from `custom_model_file`.
