@@ -172,9 +172,9 @@ pub struct GpuPreset {
     pub t_seq_us: f64,
     /// Extra cost per sequence whose prompt is prefilled in a step (ms): per-request attention
     /// metadata, varlen kernel set-up and sampler state that a decode row does not pay. Near 0 on
-    /// GPUs (no preset sets it); milliseconds on a CPU backend, where a 128-token prefill step of
-    /// a 7 M-parameter model takes ~3× a decode step while a 512-token one takes ~5× (the real
-    /// vLLM of `scripts/plan-calibration-check`). Fitted by `plan --calibrate-from`.
+    /// GPUs (no preset sets it); possibly milliseconds on a CPU backend (the real vLLM of
+    /// `scripts/plan-calibration-check`, where it trades off against MFU). Fitted by
+    /// `plan --calibrate-from`.
     #[serde(default)]
     pub t_prefill_ms: f64,
     /// Frontend time before the engine core sees a request: HTTP, template, tokenisation, IPC (ms).
