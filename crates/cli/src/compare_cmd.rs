@@ -46,8 +46,11 @@ pub struct CompareArgs {
 /// The error budget of every objective of `slo_path`, from the Prometheus at `url`.
 async fn read_budget(url: &str, slo_path: &std::path::Path) -> Result<BudgetGate> {
     use headroom_slo::budget::{BudgetOptions, Decision, fetch_budget, policy};
-    let text = std::fs::read_to_string(slo_path)
-        .map_err(|e| anyhow::anyhow!("{}: cannot read file: {e}", slo_path.display()))?;
+    let text = headroom_core::input_file::read_to_string(
+        slo_path,
+        headroom_core::input_file::MAX_CONFIG_BYTES,
+    )
+    .map_err(|e| anyhow::anyhow!("{}: cannot read file: {e}", slo_path.display()))?;
     let slo = headroom_core::SloFile::parse(&text, slo_path).map_err(|e| anyhow::anyhow!("{e}"))?;
     let named = |e: headroom_slo::SloError| anyhow::anyhow!("--budget-from: {e}");
     let (_, freeze_at) = policy(&slo).map_err(named)?;

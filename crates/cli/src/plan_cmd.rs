@@ -119,6 +119,8 @@ pub struct PlanArgs {
 struct Calibrated {
     cal: headroom_plan::calibrate::Calibration,
     base: headroom_sim::EngineConfig,
+    /// The run's GPU as its dcgm-exporter named it, when that is not `--gpu`'s.
+    other_gpu: Option<String>,
 }
 
 /// Fits the twin to `--calibrate-from`'s run on the plan's base GPU; prints the fit on stderr.
@@ -138,9 +140,25 @@ fn calibrate(a: &PlanArgs) -> Result<Option<Calibrated>> {
         data.levels.len(),
         dir.display()
     );
+    let other_gpu = data
+        .gpu_model_name
+        .clone()
+        .filter(|m| !m.eq_ignore_ascii_case(&base.gpu.display_name));
+    if let Some(m) = &other_gpu {
+        eprintln!(
+            "headroom: warning: --calibrate-from {}: its dcgm-exporter names the GPU {m}, --gpu {} is the {}; the fit describes that card as if it were this one",
+            dir.display(),
+            a.gpu,
+            base.gpu.display_name
+        );
+    }
     let cal = headroom_plan::calibrate::fit(&base, &data, &Default::default());
     eprint!("{}", cal.table());
-    Ok(Some(Calibrated { cal, base }))
+    Ok(Some(Calibrated {
+        cal,
+        base,
+        other_gpu,
+    }))
 }
 
 /// Prints one line per finished level (a plan's levels take well under a second each).
@@ -368,7 +386,18 @@ async fn plan_one(
         c.cal.apply(&c.base, &mut cfg);
         c.cal.bounds(&cfg.gpu_name)
     });
-    let caveats = headroom_plan::bounds::caveats_with(&cfg, fit.as_ref());
+    let mut caveats = headroom_plan::bounds::caveats_with(&cfg, fit.as_ref());
+    if let Some(c) = &p.calibration
+        && let Some(m) = &c.other_gpu
+    {
+        caveats.insert(
+            0,
+            format!(
+                "the calibration run was measured on the {m} (its dcgm-exporter), not on the {} given as --gpu: its fitted constants describe the wrong card",
+                c.base.gpu.display_name
+            ),
+        );
+    }
     let warnings = p
         .workload
         .check_context(u64::from(cfg.max_model_len))
@@ -415,6 +444,8 @@ async fn plan_one(
                 "gpu_memory_utilization": cfg.gpu_memory_utilization,
                 "num_gpu_blocks": cfg.num_gpu_blocks,
                 "block_size": cfg.block_size,
+                "async_scheduling": cfg.async_scheduling,
+                "frontend_cpu_queue": cfg.frontend_cpu_queue,
                 "caveats": caveats.clone(),
                 "calibrated_from": a.calibrate_from,
             },

@@ -104,7 +104,20 @@ impl SimArgs {
     /// The engine spec these flags describe (the `--config` file first, flags over it).
     pub fn spec(&self) -> Result<SimSpec> {
         let mut spec: SimSpec = match &self.config {
-            Some(p) => headroom_core::yaml::load_yaml(p)?,
+            Some(p) => {
+                let mut s: SimSpec = headroom_core::yaml::load_yaml(p)?;
+                // Preset files a config names are found beside it, as a workload's datasets are.
+                let base = p.parent().unwrap_or(std::path::Path::new("."));
+                for f in [&mut s.custom_gpu_file, &mut s.custom_model_file]
+                    .into_iter()
+                    .flatten()
+                {
+                    if f.is_relative() {
+                        *f = base.join(&*f);
+                    }
+                }
+                s
+            }
             None => SimSpec::default(),
         };
         let d = SimSpec::default();
@@ -149,7 +162,10 @@ impl SimArgs {
             // A value from the --config file: point at its line there.
             if let Some(p) = &self.config
                 && e.located.is_none()
-                && let Ok(text) = std::fs::read_to_string(p)
+                && let Ok(text) = headroom_core::input_file::read_to_string(
+                    p,
+                    headroom_core::input_file::MAX_CONFIG_BYTES,
+                )
                 && let Some(at) = top_level_value(&text, &e.field)
             {
                 let short = format!("invalid `{}`: {}", e.field, e.message);

@@ -389,8 +389,11 @@ struct Origin {
 fn load_slo(path: Option<&Path>) -> Result<(SloFile, Origin)> {
     match path {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| anyhow!("{}: cannot read file: {e}", p.display()))?;
+            let text = headroom_core::input_file::read_to_string(
+                p,
+                headroom_core::input_file::MAX_CONFIG_BYTES,
+            )
+            .map_err(|e| anyhow!("{}: cannot read file: {e}", p.display()))?;
             let slo = SloFile::parse(&text, p).map_err(|e| anyhow!("{e}"))?;
             Ok((
                 slo,
@@ -665,8 +668,11 @@ pub async fn run(a: SloArgs) -> Result<i32> {
             emit(out, b.io.out.as_deref())?;
         }
         SloCommand::Import(i) => {
-            let text = std::fs::read_to_string(&i.file)
-                .with_context(|| format!("cannot read {}", i.file.display()))?;
+            let text = headroom_core::input_file::read_to_string(
+                &i.file,
+                headroom_core::input_file::MAX_CONFIG_BYTES,
+            )
+            .with_context(|| format!("cannot read {}", i.file.display()))?;
             let opts = ImportOptions {
                 class_label: i.class_label.clone(),
                 freeze_at: ratio_flag("freeze-at", &i.freeze_at)?,

@@ -232,7 +232,7 @@ pub(crate) fn read_specs(
     class: Option<&str>,
 ) -> Result<Specs> {
     let read = |p: &Path| {
-        std::fs::read_to_string(p)
+        headroom_core::input_file::read_to_string(p, headroom_core::input_file::MAX_CONFIG_BYTES)
             .map_err(|e| headroom_core::yaml::YamlError::new(p, format!("cannot read file: {e}")))
     };
     let workload_text = match workload_path {

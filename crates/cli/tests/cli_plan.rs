@@ -251,3 +251,94 @@ fn sigterm_mid_level_stops_the_plan_with_valid_partial_results() {
     assert_eq!(r["status"]["state"], "stopped", "{}", r["status"]);
     assert!(r["phases"][0]["levels"][0]["verdict"].is_string());
 }
+
+/// A calibration run measured on another GPU than `--gpu` says is named in a warning and in the
+/// plan's caveats (its dcgm-exporter's `modelName` against the preset's); one on the same GPU is
+/// not.
+#[test]
+fn calibrating_from_another_gpus_run_says_so() {
+    let dir = std::env::temp_dir().join(format!("hr-plan-othergpu-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let src = dir.join("src");
+    let quick = ["--levels", "4", "--warmup", "5", "--measure", "30"];
+    let out = headroom(&[&["plan", "--out", src.to_str().unwrap()][..], &quick[..]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (gpu, expect) in [("l4", true), ("a10g", false)] {
+        let dst = dir.join(gpu);
+        let out = headroom(
+            &[
+                &[
+                    "plan",
+                    "--gpu",
+                    gpu,
+                    "--calibrate-from",
+                    src.to_str().unwrap(),
+                    "--out",
+                    dst.to_str().unwrap(),
+                ][..],
+                &quick[..],
+            ]
+            .concat(),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert_eq!(
+            err.contains("its dcgm-exporter names the GPU NVIDIA A10G"),
+            expect,
+            "{gpu}: {err}"
+        );
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dst.join("manifest.json")).unwrap()).unwrap();
+        let caveats = m["engine_config"]["plan"]["caveats"].to_string();
+        assert_eq!(
+            caveats.contains("describe the wrong card"),
+            expect,
+            "{gpu}: {caveats}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Input files that are not regular files (a FIFO would block the read for ever, a link to
+/// /dev/zero would read until memory runs out) are refused at once, naming the file; for each
+/// flag that names one.
+#[test]
+fn an_input_file_that_is_a_fifo_or_a_device_is_refused_at_once() {
+    let dir = std::env::temp_dir().join(format!("hr-plan-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("f.yaml");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let zero = dir.join("zero.yaml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    for (file, what) in [(&fifo, "a FIFO"), (&zero, "a character device")] {
+        let f = file.to_str().unwrap();
+        for flag in [
+            vec!["--gpu-file", f, "--gpu", "x"],
+            vec!["--model-file", f, "--model", "x"],
+            vec!["--workload", f],
+            vec!["--slo", f],
+        ] {
+            let t0 = std::time::Instant::now();
+            let out = headroom(&[&["plan"][..], &flag[..]].concat());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{flag:?}: {err}");
+            assert!(err.contains(f) && err.contains(what), "{flag:?}: {err}");
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(30),
+                "{flag:?}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

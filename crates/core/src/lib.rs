@@ -10,6 +10,7 @@
 
 pub mod atomic;
 pub mod fd_limit;
+pub mod input_file;
 pub mod objective;
 pub mod outcome;
 pub mod run;

@@ -168,7 +168,7 @@ impl SloFile {
     /// ([`MIN_PERCENTILE`], [`MAX_PERCENTILE`]) or with more than three decimals,
     /// a duration without a unit, a ratio of 100 % or more.
     pub fn load(path: &Path) -> Result<SloFile, YamlError> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::input_file::read_to_string(path, crate::input_file::MAX_CONFIG_BYTES)
             .map_err(|e| YamlError::new(path, format!("cannot read file: {e}")))?;
         SloFile::parse(&text, path)
     }

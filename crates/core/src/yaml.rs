@@ -91,7 +91,7 @@ impl YamlError {
 /// [`YamlError`] naming `path` when the file cannot be read, is not valid YAML, or does not match
 /// `T` (unknown field, wrong type, invalid value); it carries line and column.
 pub fn load_yaml<T: DeserializeOwned>(path: &Path) -> Result<T, YamlError> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::input_file::read_to_string(path, crate::input_file::MAX_CONFIG_BYTES)
         .map_err(|e| YamlError::new(path, format!("cannot read file: {e}")))?;
     parse_yaml(&text, path)
 }

@@ -113,6 +113,12 @@ pub fn caveats_with(cfg: &EngineConfig, fit: Option<&FitBounds>) -> Vec<String> 
             cfg.tensor_parallel
         ));
     }
+    if cfg.frontend_cpu_queue {
+        out.push(
+            "--frontend-cpu-queue: the frontend as one CPU queue (2 ms per request unless the preset sets frontend_cpu_ms, 50 µs per output chunk) is validated only in part; it does not reproduce the published TTFT growth under load (CALIBRATION.md, limit 10)"
+                .to_string(),
+        );
+    }
     if cfg.max_model_len >= 32_768 {
         out.push(format!(
             "max_model_len {}: contexts of 32k tokens and more are not validated (attention and KV traffic dominate there)",
@@ -186,6 +192,13 @@ mod tests {
                 .any(|l| l.starts_with("fp8: checked only as a ratio"))
         );
         assert!(c.iter().any(|l| l.starts_with("tensor parallel 2")));
+        let mut q = cfg("a10g", "bf16", 1);
+        q.frontend_cpu_queue = true;
+        assert!(
+            caveats(&q)
+                .iter()
+                .any(|l| l.starts_with("--frontend-cpu-queue"))
+        );
     }
 
     #[test]

@@ -266,6 +266,9 @@ pub struct RunData {
     /// The engine's KV block size (`cache_config_info` `block_size`), tokens: 16 on GPUs, 128 on
     /// vLLM's CPU backend. 16 when the run does not say.
     pub block_size: u32,
+    /// The GPU the run was measured on, as its dcgm-exporter names it (`modelName`, e.g.
+    /// `NVIDIA A10G`); `None` when the run scraped no dcgm-exporter.
+    pub gpu_model_name: Option<String>,
 }
 
 fn read(path: &Path) -> Result<String, CalibrationError> {
@@ -379,6 +382,27 @@ pub fn read_run(dir: &Path) -> Result<RunData, CalibrationError> {
         levels,
         num_gpu_blocks,
         block_size,
+        gpu_model_name: dcgm_model_name(&layout),
+    })
+}
+
+/// The `modelName` label of the first dcgm-exporter scrape of `layout` that carries one.
+fn dcgm_model_name(layout: &RunDir) -> Option<String> {
+    let mut files: Vec<_> = std::fs::read_dir(layout.scrapes())
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.contains("-dcgm@"))
+        })
+        .collect();
+    files.sort();
+    files.iter().take(4).find_map(|p| {
+        let text = run_dir::read_text(p).ok()?;
+        let at = text.find("modelName=\"")? + "modelName=\"".len();
+        let end = text[at..].find('"')?;
+        Some(text[at..at + end].to_string())
     })
 }
 

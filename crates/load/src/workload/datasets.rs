@@ -28,8 +28,11 @@ impl Dataset {
     /// A message naming the file (and the line for JSONL) when it cannot be read, does not match
     /// the format, or holds no usable entry.
     pub fn load(path: &Path, format: DatasetFormat) -> Result<Dataset, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read dataset `{}`: {e}", path.display()))?;
+        let text = headroom_core::input_file::read_to_string(
+            path,
+            headroom_core::input_file::MAX_DATASET_BYTES,
+        )
+        .map_err(|e| format!("cannot read dataset `{}`: {e}", path.display()))?;
         let ds = match format {
             DatasetFormat::Sharegpt => Dataset::parse_sharegpt(&text),
             DatasetFormat::Jsonl => Dataset::parse_jsonl(&text),

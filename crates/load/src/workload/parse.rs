@@ -21,8 +21,11 @@ impl Workload {
     /// # Errors
     /// [`YamlError`] naming the file, with line, column and field of the first problem.
     pub fn load(path: &Path) -> Result<Workload, YamlError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| YamlError::new(path, format!("cannot read file: {e}")))?;
+        let text = headroom_core::input_file::read_to_string(
+            path,
+            headroom_core::input_file::MAX_CONFIG_BYTES,
+        )
+        .map_err(|e| YamlError::new(path, format!("cannot read file: {e}")))?;
         let base = path.parent().unwrap_or(Path::new("."));
         Workload::parse(&text, path, base)
     }

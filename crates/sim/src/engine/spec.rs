@@ -533,7 +533,7 @@ fn parse_presets<T: for<'de> Deserialize<'de>>(
 }
 
 fn read_custom(path: &Path, field: &str) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path)
+    headroom_core::input_file::read_to_string(path, headroom_core::input_file::MAX_CONFIG_BYTES)
         .map_err(|e| ConfigError::new(field, format!("cannot read '{}': {e}", path.display())))
 }
 
@@ -961,9 +961,17 @@ impl SimSpec {
             ));
         }
 
-        // vLLM `get_batch_defaults`: ≥ 70 GiB and not an A100 → 8192 / 1024, else 2048 / 256.
-        let big = gpu.memory_mib * MIB >= 70.0 * GIB && !gpu_name.contains("a100");
-        let (def_tokens, def_seqs) = if big { (8192, 1024) } else { (2048, 256) };
+        // vLLM 0.32 `EngineArgs.get_batch_defaults` for the API server: ≥ 160 GiB → 16384 /
+        // 1024; ≥ 70 GiB and not an A100 → 8192 / 1024; else 2048 / 256. vLLM tests the device's
+        // name, so the preset's display name (what CUDA reports), not the name a file gives it.
+        let memory = gpu.memory_mib * MIB;
+        let (def_tokens, def_seqs) = if memory >= 160.0 * GIB {
+            (16384, 1024)
+        } else if memory >= 70.0 * GIB && !gpu.display_name.to_lowercase().contains("a100") {
+            (8192, 1024)
+        } else {
+            (2048, 256)
+        };
         let max_num_seqs = self.max_num_seqs.unwrap_or(def_seqs);
         let max_num_batched_tokens = self.max_num_batched_tokens.unwrap_or(def_tokens);
         if max_num_seqs == 0 {
