@@ -123,6 +123,10 @@ struct Calibrated {
     other_gpu: Option<String>,
 }
 
+/// Shortest measurement window (s) a calibration run's levels should have; shorter ones are
+/// fitted with a warning.
+const MIN_CALIBRATION_WINDOW_S: f64 = 20.0;
+
 /// Fits the twin to `--calibrate-from`'s run on the plan's base GPU; prints the fit on stderr.
 fn calibrate(a: &PlanArgs) -> Result<Option<Calibrated>> {
     let Some(dir) = &a.calibrate_from else {
@@ -150,6 +154,19 @@ fn calibrate(a: &PlanArgs) -> Result<Option<Calibrated>> {
             dir.display(),
             a.gpu,
             base.gpu.display_name
+        );
+    }
+    // A mean over a few seconds carries the start of the level and a handful of requests.
+    if let Some(w) = data
+        .levels
+        .iter()
+        .map(|l| l.window_s)
+        .filter(|w| *w < MIN_CALIBRATION_WINDOW_S)
+        .reduce(f64::min)
+    {
+        eprintln!(
+            "headroom: warning: --calibrate-from {}: levels measured for as little as {w:.0} s; windows under {MIN_CALIBRATION_WINDOW_S:.0} s make noisy figures to fit (sweep with --measure 30s or more)",
+            dir.display()
         );
     }
     let cal = headroom_plan::calibrate::fit(&base, &data, &Default::default());

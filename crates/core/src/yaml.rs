@@ -319,6 +319,19 @@ mod locate {
 
 /// Adds what was expected to the parser's terse numeric messages ("invalid u32").
 fn explain(message: &str) -> String {
+    // The parser's own wording names its options and budgets, which a user cannot set.
+    if let Some(rest) = message.strip_prefix("duplicate mapping key: ") {
+        let key = rest
+            .split(", set DuplicateKeyPolicy")
+            .next()
+            .unwrap_or(rest);
+        return format!("duplicate key {key} (each key may appear once in a mapping)");
+    }
+    if let Some(rest) = message.strip_prefix("budget breached: ") {
+        return format!(
+            "the file is larger or more deeply nested than a configuration file may be (parser limit reached: {rest})"
+        );
+    }
     let expected = match message {
         "invalid u8" => "a whole number from 0 to 255",
         "invalid u16" => "a whole number from 0 to 65535",
@@ -348,6 +361,18 @@ mod tests {
         parse_yaml::<T>(yaml, Path::new("work.yaml"))
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn parser_limits_and_duplicate_keys_read_as_the_users_problem() {
+        let e = err("a: 1\na: 2\n");
+        assert!(e.contains("duplicate key"), "{e}");
+        assert!(!e.contains("DuplicateKeyPolicy"), "{e}");
+        let big: String = (0..300_000).map(|i| format!("k{i}: 1\n")).collect();
+        let e = parse_yaml::<std::collections::BTreeMap<String, u32>>(&big, Path::new("w.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("larger or more deeply nested"), "{e}");
     }
 
     /// Every kind of error names the file, line and column once, states the cause once, and
