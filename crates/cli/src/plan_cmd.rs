@@ -17,7 +17,7 @@ use headroom_load::workload::{Levels, Workload, check_level};
 use headroom_plan::twin::TwinLevels;
 use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
 use headroom_sweep::run_dir::{CALIBRATION, RunDir};
-use headroom_sweep::search::LevelPlan;
+use headroom_sweep::search::{AutoBracket, LevelPlan};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -303,9 +303,11 @@ fn prepare(a: &PlanArgs) -> Result<Prepared> {
     let measure = flag_window("--measure", a.measure.as_secs_f64(), false)?;
     // The twin counts one token per word: the plans' words are exact token counts.
     let plans = ClassPlan::from_workload(&workload, None)?;
-    let plan = match (&a.levels, &workload.spec.load.levels) {
-        (Some(l), _) | (None, Levels::List(l)) => LevelPlan::Fixed(l.clone()),
-        (None, Levels::Auto) => LevelPlan::Auto {
+    let plan = LevelPlan::resolve(
+        a.levels.as_ref(),
+        &workload.spec.load.levels,
+        mode,
+        AutoBracket {
             start: a.start.unwrap_or(match mode {
                 LoadMode::Concurrency => 1.0,
                 LoadMode::Rate => 0.5,
@@ -315,15 +317,9 @@ fn prepare(a: &PlanArgs) -> Result<Prepared> {
                 LoadMode::Concurrency => 4096.0,
                 LoadMode::Rate => 2000.0,
             }),
-            resolution,
-            min_step: if mode == LoadMode::Concurrency {
-                1.0
-            } else {
-                0.05
-            },
-            integer: mode == LoadMode::Concurrency,
         },
-    };
+        resolution,
+    );
     let settings = SweepSettings {
         mode,
         arrival: workload.spec.load.arrival,

@@ -5,9 +5,9 @@
 //! flags into [`Overrides`]; [`SweepPolicy`] decides and builds the [`SweepSettings`].
 
 use crate::controller::SweepSettings;
-use crate::search::LevelPlan;
+use crate::search::{AutoBracket, LevelPlan};
 use headroom_core::run::LoadMode;
-use headroom_load::workload::{Levels, WorkloadSpec};
+use headroom_load::workload::WorkloadSpec;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -152,21 +152,17 @@ impl<'a> SweepPolicy<'a> {
             (LoadMode::Rate, Preset::Quick) => (0.5, 4.0, 1000.0),
             (LoadMode::Rate, _) => (0.5, 2.0, 1000.0),
         };
-        match (&self.overrides.levels, &self.workload.load.levels) {
-            (Some(l), _) | (None, Levels::List(l)) => LevelPlan::Fixed(l.clone()),
-            (None, Levels::Auto) => LevelPlan::Auto {
+        LevelPlan::resolve(
+            self.overrides.levels.as_ref(),
+            &self.workload.load.levels,
+            mode,
+            AutoBracket {
                 start: self.overrides.start.unwrap_or(start),
                 growth,
                 max: self.overrides.max_load.unwrap_or(max),
-                resolution,
-                min_step: if mode == LoadMode::Concurrency {
-                    1.0
-                } else {
-                    0.05
-                },
-                integer: mode == LoadMode::Concurrency,
             },
-        }
+            resolution,
+        )
     }
 
     /// Longest drain of in-flight requests after a window: 2 s on the embedded twin (its

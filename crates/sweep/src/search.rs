@@ -33,6 +33,44 @@ pub enum LevelPlan {
     },
 }
 
+/// The automatic search's bracket: its first level, growth while bracketing and highest level.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoBracket {
+    /// First level.
+    pub start: f64,
+    /// Multiplier while bracketing (> 1).
+    pub growth: f64,
+    /// Highest level ever tried.
+    pub max: f64,
+}
+
+impl LevelPlan {
+    /// The levels a run uses: `given` (`--levels`) first, else the workload's own list, else the
+    /// automatic search over `bracket`, stepping by whole users in closed loop and by 0.05 req/s
+    /// in open loop.
+    pub fn resolve(
+        given: Option<&Vec<f64>>,
+        workload: &headroom_load::workload::Levels,
+        mode: headroom_core::run::LoadMode,
+        bracket: AutoBracket,
+        resolution: f64,
+    ) -> LevelPlan {
+        use headroom_load::workload::Levels;
+        let concurrency = mode == headroom_core::run::LoadMode::Concurrency;
+        match (given, workload) {
+            (Some(l), _) | (None, Levels::List(l)) => LevelPlan::Fixed(l.clone()),
+            (None, Levels::Auto) => LevelPlan::Auto {
+                start: bracket.start,
+                growth: bracket.growth,
+                max: bracket.max,
+                resolution,
+                min_step: if concurrency { 1.0 } else { 0.05 },
+                integer: concurrency,
+            },
+        }
+    }
+}
+
 /// Search state for one phase.
 #[derive(Debug, Clone)]
 pub struct Search {
