@@ -156,7 +156,7 @@ pub fn caveats_with(cfg: &EngineConfig, fit: Option<&FitBounds>) -> Vec<String> 
             e.high * 100.0,
             e.source,
             match e.signal {
-                "ttft" => "; a capacity bound by TTFT or queue time is optimistic",
+                "ttft" => "; a capacity bound by TTFT or queue time is optimistic (the presets leave out the frontend host's contention; --calibrate-from a sweep of your server at several loads measures it: fitted on the L4 sweep's c = 1-4, c = 8-32 fall within 10 %)",
                 "throughput" => "; tokens/s and tokens/J are optimistic",
                 _ => "",
             }

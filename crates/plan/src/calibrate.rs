@@ -55,16 +55,22 @@ pub enum Param {
     /// `GpuPreset::frontend_in_ms`: HTTP, template, tokenisation and IPC before the engine sees
     /// a request (ms).
     FrontendInMs,
+    /// `GpuPreset::frontend_load_ms`: the frontend time each request gains per 1,000 output
+    /// tokens/s being streamed (ms per 1,000 tokens/s), the host's contention. Only a run whose
+    /// levels stream at different rates shows it: TTFT growing with the load beyond the engine's
+    /// own wait.
+    FrontendLoadMs,
 }
 
 /// The constants fitted, in the order of the fit's vector.
-pub const PARAMS: [Param; 6] = [
+pub const PARAMS: [Param; 7] = [
     Param::Mbu,
     Param::Mfu,
     Param::TStepMs,
     Param::TSeqUs,
     Param::TPrefillMs,
     Param::FrontendInMs,
+    Param::FrontendLoadMs,
 ];
 
 impl Param {
@@ -77,6 +83,7 @@ impl Param {
             Param::TSeqUs => "t_seq_us",
             Param::TPrefillMs => "t_prefill_ms",
             Param::FrontendInMs => "frontend_in_ms",
+            Param::FrontendLoadMs => "frontend_load_ms",
         }
     }
 
@@ -89,6 +96,7 @@ impl Param {
             Param::TSeqUs => g.t_seq_us,
             Param::TPrefillMs => g.t_prefill_ms,
             Param::FrontendInMs => g.frontend_in_ms,
+            Param::FrontendLoadMs => g.frontend_load_ms,
         }
     }
 
@@ -100,6 +108,7 @@ impl Param {
             Param::TSeqUs => g.t_seq_us = v,
             Param::TPrefillMs => g.t_prefill_ms = v,
             Param::FrontendInMs => g.frontend_in_ms = v,
+            Param::FrontendLoadMs => g.frontend_load_ms = v,
         }
     }
 
@@ -113,17 +122,24 @@ impl Param {
             Param::TSeqUs => (1e-2, 1e5),
             Param::TPrefillMs => (1e-3, 1e4),
             Param::FrontendInMs => (1e-2, 5_000.0),
+            // The floor is no contention at any real rate (1 µs at 1,000 tokens/s).
+            Param::FrontendLoadMs => (1e-3, 5_000.0),
         }
     }
 
-    /// Where the fit starts: the preset's value, or for a constant the preset leaves at 0 (no
-    /// GPU preset has a per-prefill cost) the step overhead, a value of the right order that the
-    /// data moves down to its bound when nothing depends on it. The search is on logarithms.
+    /// Where the fit starts: the preset's value, or for a constant the preset leaves at 0 a value
+    /// of the right order that the data moves down to its bound when nothing depends on it: for
+    /// the per-prefill cost (no GPU preset has one) the step overhead; for the frontend's load
+    /// term (no preset measures one) 10 ms per 1,000 tokens/s, a third of the L4 sweep's, as the
+    /// centre of the fit's prior only: [`fit`] searches it from the TTFT growth the engine's
+    /// constants leave unexplained. The search is on logarithms.
     fn start(self, g: &GpuPreset) -> f64 {
         let (lo, hi) = self.bounds();
         let v = self.get(g);
         if v > 0.0 {
             v.clamp(lo, hi)
+        } else if self == Param::FrontendLoadMs {
+            10.0
         } else {
             g.t_step_ms.clamp(lo, hi)
         }
@@ -740,16 +756,19 @@ impl Problem<'_> {
 /// step-to-step granularity of a simulated level.
 const JAC_STEP: f64 = 0.05;
 
-/// Nelder–Mead on `f` from `x0` with initial steps `step` (log units), within the bounds,
-/// stopping at `max_evals`, the deadline, or when the simplex has collapsed.
+/// Nelder–Mead on `f` from `x0` over the coordinates `free` (the others stay at `x0`'s: every
+/// vertex shares them, and each move is an affine combination of vertices), with initial steps
+/// `step` (log units), within the bounds, stopping at `max_evals`, the deadline, or when the
+/// simplex has collapsed.
 fn nelder_mead(
     f: &mut dyn FnMut(&[f64]) -> f64,
     x0: &[f64],
+    free: &[usize],
     step: f64,
     max_evals: usize,
     deadline: Instant,
 ) -> (Vec<f64>, f64) {
-    let n = x0.len();
+    let n = free.len();
     let mut evals = 0usize;
     let mut eval = |mut x: Vec<f64>, evals: &mut usize| {
         clamp_x(&mut x);
@@ -758,7 +777,7 @@ fn nelder_mead(
         (x, v)
     };
     let mut pts: Vec<(Vec<f64>, f64)> = vec![eval(x0.to_vec(), &mut evals)];
-    for i in 0..n {
+    for &i in free {
         let mut x = x0.to_vec();
         x[i] += step;
         if x[i] > PARAMS[i].bounds().1.ln() {
@@ -776,7 +795,7 @@ fn nelder_mead(
         if spread < 1e-6 && size < 1e-3 {
             break;
         }
-        let centroid: Vec<f64> = (0..n)
+        let centroid: Vec<f64> = (0..x0.len())
             .map(|j| pts[..n].iter().map(|p| p.0[j]).sum::<f64>() / n as f64)
             .collect();
         let worst = pts[n].0.clone();
@@ -921,6 +940,33 @@ fn invert(a: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {
     Some(m.into_iter().map(|r| r[n..].to_vec()).collect())
 }
 
+/// The least-squares slope, against the levels' measured output tokens/s, of how much longer
+/// their TTFT (mean where measured, else median) is than `sim`'s, in ms per 1,000 tokens/s: the
+/// TTFT growth with the load that the engine's own waits leave unexplained, where the frontend's
+/// load term starts. `None` with fewer than two levels at different rates, or a slope that is
+/// not positive (nothing left to explain).
+fn ttft_excess_slope_ms_per_ktok(data: &RunData, sim: &[SimLevel]) -> Option<f64> {
+    let pts: Vec<(f64, f64)> = data
+        .levels
+        .iter()
+        .zip(sim)
+        .filter_map(|(t, (s, _))| {
+            let name = ["ttft_mean_s", "ttft_p50_s"]
+                .into_iter()
+                .find(|n| t.figures.contains_key(*n) && s.contains_key(*n))?;
+            let rate = t.figures.get("output_tokens_per_s")?;
+            Some((rate / 1e3, (t.figures[name] - s[name]) * 1e3))
+        })
+        .collect();
+    let n = pts.len() as f64;
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = sxy / sxx;
+    (pts.len() >= 2 && sxx > 1e-9 && slope.is_finite() && slope > 0.0).then_some(slope)
+}
+
 /// Fits the twin's constants on `base` (the run's GPU, model, dtype, parallelism and scheduler
 /// limits, resolved) to `data`. Deterministic for the same inputs and options (the wall-clock
 /// budget aside, which only cuts the search short).
@@ -1003,15 +1049,43 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
     // Three quarters of the evaluations for Nelder–Mead, the rest for the polish.
     let nm_evals = opts.max_evals * 3 / 4;
     let nm_deadline = started + opts.budget * 3 / 4;
+    let all: Vec<usize> = (0..PARAMS.len()).collect();
+    let load_j = PARAMS
+        .iter()
+        .position(|p| *p == Param::FrontendLoadMs)
+        .unwrap_or(0);
+    // No preset measures the frontend's load term, and from any start it is the constant that
+    // everything else can trade against: first the engine's constants alone (the term at its
+    // floor), then the term where the TTFT growth the engine left unexplained puts it.
+    let staged = base.gpu.frontend_load_ms == 0.0;
+    let first: Vec<usize> = if staged {
+        all.iter().copied().filter(|j| *j != load_j).collect()
+    } else {
+        all.clone()
+    };
+    let mut start = x0.clone();
+    if staged {
+        start[load_j] = Param::FrontendLoadMs.bounds().0.ln();
+    }
     let (mut x, _) = {
         let mut f = |x: &[f64]| pb.cost(x);
-        nelder_mead(&mut f, &x0, 0.4, nm_evals, nm_deadline)
+        let evals = if staged { nm_evals * 2 / 3 } else { nm_evals };
+        nelder_mead(&mut f, &start, &first, 0.4, evals, nm_deadline)
     };
-    // A second, smaller simplex from the best point: Nelder–Mead can stall on a ridge.
+    if staged {
+        let sim = simulate_all(&with_params(&pb.base, &x), data, &pb.phases, opts);
+        pb.evals += 1;
+        if let Some(slope) = ttft_excess_slope_ms_per_ktok(data, &sim) {
+            let (lo, hi) = Param::FrontendLoadMs.bounds();
+            x[load_j] = slope.clamp(lo, hi).ln();
+        }
+    }
+    // A second, smaller simplex from the best point over every constant: Nelder–Mead can stall
+    // on a ridge.
     if Instant::now() < nm_deadline && pb.evals < nm_evals {
         let left = nm_evals - pb.evals;
         let mut f = |x: &[f64]| pb.cost(x);
-        x = nelder_mead(&mut f, &x.clone(), 0.1, left, nm_deadline).0;
+        x = nelder_mead(&mut f, &x.clone(), &all, 0.1, left, nm_deadline).0;
     }
     let r_nm = pb.residuals_at(&x);
     // LM's last Jacobian is the local sensitivity, for what the data constrains.
@@ -1048,6 +1122,7 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
                             Param::TSeqUs => "too few sequences per step for their host cost to show",
                             Param::TPrefillMs => "prefill steps are too few or too short for a per-request cost to show",
                             Param::FrontendInMs => "small against TTFT",
+                            Param::FrontendLoadMs => "the levels stream too few tokens per second for the frontend's contention to show in TTFT",
                             Param::Mbu => "no memory-bound step",
                         }
                     )

@@ -214,6 +214,15 @@ pub struct Engine {
     frontend_free_s: f64,
     /// The last step's output chunks (landing time s, frontend work s), not yet in `frontend_free_s`.
     frontend_chunks: Option<(f64, f64)>,
+    /// Frontend delay per output token per second streamed (s² on the engine clock, `time_scale`
+    /// applied: a delay scales with it, a rate inversely).
+    frontend_load_s: f64,
+    /// Exponential average of the output tokens per second (engine clock) as of `out_rate_at_s`.
+    out_rate: f64,
+    /// When `out_rate` was last brought up to date (s, engine clock).
+    out_rate_at_s: f64,
+    /// Its time constant (s, `time_scale` applied).
+    out_rate_tau_s: f64,
     filler_ids: Vec<u32>,
     created_unix_s: f64,
 }
@@ -290,6 +299,10 @@ impl Engine {
             frontend_chunk_s: spec::FRONTEND_CHUNK_US * 1e-6 * cfg.time_scale,
             frontend_free_s: 0.0,
             frontend_chunks: None,
+            frontend_load_s: cfg.gpu.frontend_load_ms * 1e-6 * cfg.time_scale * cfg.time_scale,
+            out_rate: 0.0,
+            out_rate_at_s: 0.0,
+            out_rate_tau_s: spec::FRONTEND_LOAD_WINDOW_S * cfg.time_scale,
             rng: Xoshiro256PlusPlus::seed_from_u64(cfg.seed ^ 0x5eed_0000_0000_0001),
             frontend_rng: Xoshiro256PlusPlus::seed_from_u64(cfg.seed ^ 0x5eed_0000_0000_0002),
             cfg,
@@ -387,7 +400,8 @@ impl Engine {
                 reason = FinishReason::Stop;
             }
         }
-        let frontend_in_s = self.frontend_in_s * self.frontend_jitter();
+        let frontend_in_s = (self.frontend_in_s + self.frontend_load_s * self.out_rate_at(now_s))
+            * self.frontend_jitter();
         let queued_s = if self.cfg.frontend_cpu_queue {
             // One frontend process: the request's own service (template, tokenisation, IPC)
             // starts when the process is free of earlier requests and output chunks.
@@ -548,6 +562,11 @@ impl Engine {
         self.execute(now_s, &exec, &mut result);
         exec.clear();
         self.next_batch = exec;
+        if self.frontend_load_s > 0.0 && !result.tokens.is_empty() {
+            let landed = now_s + result.duration_s;
+            let r = self.out_rate_at(landed);
+            self.out_rate = r + result.tokens.len() as f64 / self.out_rate_tau_s.max(1e-12);
+        }
         if self.cfg.frontend_cpu_queue && !result.tokens.is_empty() {
             // The frontend process detokenises and streams this step's outputs when they land.
             // Held until then: a caller may still add a request that arrived before they landed
@@ -568,6 +587,20 @@ impl Engine {
             result.duration_s = (self.req(slot).queued_s - now_s).max(0.0);
         }
         result
+    }
+
+    /// The exponential average of output tokens per second at `t_s`, decayed from the last
+    /// update (the average is brought to `t_s` when `t_s` is later).
+    fn out_rate_at(&mut self, t_s: f64) -> f64 {
+        if self.frontend_load_s <= 0.0 {
+            return 0.0;
+        }
+        let dt = t_s - self.out_rate_at_s;
+        if dt > 0.0 {
+            self.out_rate *= (-dt / self.out_rate_tau_s.max(1e-12)).exp();
+            self.out_rate_at_s = t_s;
+        }
+        self.out_rate
     }
 
     /// Adds the held output chunks (landing time, CPU work) to the frontend's busy time.

@@ -185,6 +185,17 @@ pub struct GpuPreset {
     /// whole frontend delay serial, as on a CPU host, where nothing of it is network.
     #[serde(default)]
     pub frontend_cpu_ms: Option<f64>,
+    /// Extra frontend time per request for every 1,000 output tokens per second the server is
+    /// streaming when the request arrives (ms per 1,000 tokens/s). Every streamed token is a
+    /// chunk that the API server detokenises and writes, and that a Python benchmark client
+    /// parses, on the same host CPU as the request's own template and tokenisation; published
+    /// sweeps of small models show TTFT growing in proportion to the token rate long before
+    /// that CPU saturates (L4 + Qwen2.5-0.5B: ~29 ms per 1,000 tokens/s, CALIBRATION.md). A
+    /// property of the host and the client, not of the GPU: 0 in every preset (not measured),
+    /// fitted by `plan --calibrate-from`. The rate is the engine's output tokens over the last
+    /// second or so ([`FRONTEND_LOAD_WINDOW_S`], an exponential average).
+    #[serde(default)]
+    pub frontend_load_ms: f64,
     /// Whether vLLM schedules asynchronously on this platform (the next batch is scheduled while
     /// the current one runs, so a new prompt waits one step longer). On for CUDA and ROCm, the
     /// default; off on vLLM's CPU backend, which forces `scheduler_config.async_scheduling =
@@ -476,6 +487,10 @@ pub const FRONTEND_REQUEST_CPU_MS: f64 = 2.0;
 /// Default [`EngineConfig::frontend_jitter_sigma`].
 pub const FRONTEND_JITTER_SIGMA: f64 = 0.15;
 
+/// Time constant of the output-token rate that [`GpuPreset::frontend_load_ms`] scales (s): an
+/// exponential average over about a second, long against an engine step, short against a level.
+pub const FRONTEND_LOAD_WINDOW_S: f64 = 1.0;
+
 /// Frontend CPU time per streamed output chunk (µs): detokenisation and the SSE write. BLIS's
 /// fitted α₂ is 46 µs per output token (simulator.md §3.2).
 pub const FRONTEND_CHUNK_US: f64 = 50.0;
@@ -634,7 +649,7 @@ fn lookup<T: Clone>(
 /// 2.5 PFLOP/s dense) so any real or planned GPU fits; they exist so that a typo or an extreme
 /// value in a custom preset is refused with the field's name instead of producing a KV pool of
 /// billions of blocks or a step that lasts for years.
-fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 23] {
+fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 24] {
     [
         (
             "memory_mib",
@@ -665,6 +680,13 @@ fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 23
         ("t_seq_us", g.t_seq_us, 0.0, 1.0e5, "µs"),
         ("t_prefill_ms", g.t_prefill_ms, 0.0, 1.0e4, "ms"),
         ("frontend_in_ms", g.frontend_in_ms, 0.0, 1.0e5, "ms"),
+        (
+            "frontend_load_ms",
+            g.frontend_load_ms,
+            0.0,
+            1.0e4,
+            "ms per 1000 tokens/s",
+        ),
         (
             "cuda_context_mib",
             g.cuda_context_mib,

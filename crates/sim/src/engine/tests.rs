@@ -460,3 +460,38 @@ fn the_frontend_delay_varies_per_request_around_its_median() {
     assert_eq!(q, draws(1));
     assert_ne!(q, draws(2));
 }
+
+#[test]
+fn the_frontend_load_term_adds_its_ms_per_thousand_tokens_per_second_streamed() {
+    // 20 ms per 1,000 tokens/s: a request arriving while the engine streams R tokens/s reaches
+    // the core 20 ms × R / 1000 later than the frontend's own 12 ms.
+    let mut cfg = cfg_with(|_| {});
+    cfg.gpu.frontend_load_ms = 20.0;
+    let mut e = Engine::new(cfg).unwrap();
+    // Idle: no streaming, no extra delay.
+    let id = e.add_request(req(10, 1), 0.0);
+    let idle = e.req(e.by_id[&id.0]).queued_s;
+    assert!((idle - 0.012).abs() < 1e-9, "idle frontend {idle} s");
+    let (mut t, _, _) = drain(&mut e, 0.0);
+    // 32 long decodes; the rate is counted over the engine's own steps.
+    for _ in 0..32 {
+        e.add_request(req(10, 100_000), t);
+    }
+    let mut tokens = 0usize;
+    let started = t + 1.0;
+    while t < started + 5.0 {
+        let r = e.step(t);
+        t += r.duration_s.max(1e-4);
+        if t > started {
+            tokens += r.tokens.len();
+        }
+    }
+    let rate = tokens as f64 / (t - started);
+    let id = e.add_request(req(10, 1), t);
+    let extra = e.req(e.by_id[&id.0]).queued_s - t - 0.012;
+    let want = 0.020 * rate / 1000.0;
+    assert!(
+        (extra / want - 1.0).abs() < 0.05,
+        "extra {extra} s at {rate:.0} tokens/s, want {want} s"
+    );
+}
