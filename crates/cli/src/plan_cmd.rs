@@ -411,6 +411,13 @@ async fn plan_one(
             ),
         );
     }
+    if let Some(c) = p
+        .calibration
+        .as_ref()
+        .and_then(|c| c.cal.context_caveat(&p.plans))
+    {
+        caveats.push(c);
+    }
     let warnings = p
         .workload
         .check_context(u64::from(cfg.max_model_len))

@@ -77,7 +77,7 @@ pub fn caveats_with(cfg: &EngineConfig, fit: Option<&FitBounds>) -> Vec<String> 
     let prov = &cfg.gpu.provenance;
     if let Some(f) = fit.filter(|f| !f.same_card) {
         out.push(format!(
-            "the {} was not measured: the constants fitted to {} are carried over (MBU and MFU as ratios to the presets, host overheads as they are); the error below is the calibrated card's",
+            "the {} was not measured: the constants fitted to {} are carried over (MBU, MFU and k_kv as ratios to the presets, host overheads as they are); the error below is the calibrated card's",
             cfg.gpu.display_name, f.source
         ));
     }
@@ -115,7 +115,7 @@ pub fn caveats_with(cfg: &EngineConfig, fit: Option<&FitBounds>) -> Vec<String> 
     }
     if cfg.frontend_cpu_queue {
         out.push(
-            "--frontend-cpu-queue: the frontend as one CPU queue (2 ms per request unless the preset sets frontend_cpu_ms, 50 µs per output chunk) is validated only in part; it does not reproduce the published TTFT growth under load (CALIBRATION.md, limit 10)"
+            "--frontend-cpu-queue: the frontend as one CPU queue (2 ms per request unless the preset sets frontend_cpu_ms, 50 µs per output chunk) is validated only in part: it reproduces a real CPU-hosted vLLM's grouping of closed-loop prefills, not the published TTFT growth under load on GPU hosts (CALIBRATION.md, limit 10)"
                 .to_string(),
         );
     }

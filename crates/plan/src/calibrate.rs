@@ -22,8 +22,9 @@ use crate::twin::TwinLevels;
 use headroom_core::LatencySignal;
 use headroom_core::run::{LevelResult, RunResult};
 use headroom_load::arrivals::LevelMode;
-use headroom_load::prompt::ClassPlan;
+use headroom_load::prompt::{ClassPlan, PromptSource};
 use headroom_load::runner::RunOptions;
+use headroom_load::workload::LengthDist;
 use headroom_load::workload::{LoadSpec, Workload};
 use headroom_signals::{Signal, Window, WindowOptions};
 use headroom_sim::EngineConfig;
@@ -52,6 +53,10 @@ pub enum Param {
     /// prompt length in the run it trades off against MFU (both scale with the prefills); a
     /// run with two prompt lengths separates them.
     TPrefillMs,
+    /// `GpuPreset::k_kv`: the KV bytes' factor in decode attention (dimensionless). Only classes
+    /// whose contexts differ in length separate it from the per-sequence cost and the weight
+    /// stream, which grow with the same sequences; otherwise it is held at the preset.
+    KKv,
     /// `GpuPreset::frontend_in_ms`: HTTP, template, tokenisation and IPC before the engine sees
     /// a request (ms).
     FrontendInMs,
@@ -63,12 +68,13 @@ pub enum Param {
 }
 
 /// The constants fitted, in the order of the fit's vector.
-pub const PARAMS: [Param; 7] = [
+pub const PARAMS: [Param; 8] = [
     Param::Mbu,
     Param::Mfu,
     Param::TStepMs,
     Param::TSeqUs,
     Param::TPrefillMs,
+    Param::KKv,
     Param::FrontendInMs,
     Param::FrontendLoadMs,
 ];
@@ -82,6 +88,7 @@ impl Param {
             Param::TStepMs => "t_step_ms",
             Param::TSeqUs => "t_seq_us",
             Param::TPrefillMs => "t_prefill_ms",
+            Param::KKv => "k_kv",
             Param::FrontendInMs => "frontend_in_ms",
             Param::FrontendLoadMs => "frontend_load_ms",
         }
@@ -95,6 +102,7 @@ impl Param {
             Param::TStepMs => g.t_step_ms,
             Param::TSeqUs => g.t_seq_us,
             Param::TPrefillMs => g.t_prefill_ms,
+            Param::KKv => g.k_kv,
             Param::FrontendInMs => g.frontend_in_ms,
             Param::FrontendLoadMs => g.frontend_load_ms,
         }
@@ -107,6 +115,7 @@ impl Param {
             Param::TStepMs => g.t_step_ms = v,
             Param::TSeqUs => g.t_seq_us = v,
             Param::TPrefillMs => g.t_prefill_ms = v,
+            Param::KKv => g.k_kv = v,
             Param::FrontendInMs => g.frontend_in_ms = v,
             Param::FrontendLoadMs => g.frontend_load_ms = v,
         }
@@ -121,6 +130,8 @@ impl Param {
             Param::TStepMs => (1e-3, 500.0),
             Param::TSeqUs => (1e-2, 1e5),
             Param::TPrefillMs => (1e-3, 1e4),
+            // From GEMV-grade KV reads to a CPU's scalar attention kernel.
+            Param::KKv => (1.0, 1e3),
             Param::FrontendInMs => (1e-2, 5_000.0),
             // The floor is no contention at any real rate (1 µs at 1,000 tokens/s).
             Param::FrontendLoadMs => (1e-3, 5_000.0),
@@ -143,12 +154,6 @@ impl Param {
         } else {
             g.t_step_ms.clamp(lo, hi)
         }
-    }
-
-    /// Whether the constant is an efficiency of the card (carried to another card as a ratio to
-    /// its preset) rather than a host or software overhead (carried as it is).
-    fn is_efficiency(self) -> bool {
-        matches!(self, Param::Mbu | Param::Mfu)
     }
 }
 
@@ -528,6 +533,26 @@ pub struct Calibration {
     pub bias: Vec<Bias>,
     /// The levels' mean KV use, measured and predicted, where both exist.
     pub kv_usage: Vec<Residual>,
+    /// The longest context (shared prefix + prompt + output tokens) a request of the run could
+    /// reach (`None` when a class read a dataset): how far the fitted KV read factor was
+    /// measured ([`longest_context`]).
+    pub longest_context_tokens: Option<u64>,
+}
+
+/// The longest context (tokens: shared prefix + prompt + max_tokens) a request of `plans` can
+/// reach, each length at its distribution's bound; `None` when a class reads a dataset.
+pub fn longest_context(plans: &[ClassPlan]) -> Option<u64> {
+    plans
+        .iter()
+        .map(|c| match &c.prompt {
+            PromptSource::Synthetic(d) => Some(
+                u64::from(c.shared_prefix_tokens)
+                    + u64::from(d.max()?)
+                    + u64::from(c.max_tokens.max()?),
+            ),
+            PromptSource::Dataset(_) => None,
+        })
+        .try_fold(0u64, |m, l| Some(m.max(l?)))
 }
 
 /// A simulated level: its figures by name, and its mean KV use.
@@ -695,12 +720,28 @@ fn clamp_x(x: &mut [f64]) {
     }
 }
 
+/// Whether the run's classes ask for contexts of different lengths (shared prefix, prompt or
+/// output lengths differ between two classes, or a class reads a dataset): only then does the KV read factor
+/// move the step time apart from the per-sequence cost, which scales with the same sequences.
+fn contexts_differ(plans: &[ClassPlan]) -> bool {
+    let synthetic: Vec<(u32, &LengthDist, &LengthDist)> = plans
+        .iter()
+        .filter_map(|c| match &c.prompt {
+            PromptSource::Synthetic(d) => Some((c.shared_prefix_tokens, d, &c.max_tokens)),
+            PromptSource::Dataset(_) => None,
+        })
+        .collect();
+    synthetic.len() < plans.len() || synthetic.windows(2).any(|w| w[0] != w[1])
+}
+
 /// The fit's state: data, base, and the evaluations made.
 struct Problem<'a> {
     data: &'a RunData,
     phases: Vec<Phase>,
     base: EngineConfig,
     x0: Vec<f64>,
+    /// Per constant of [`PARAMS`]: held at its start because nothing in the run separates it.
+    held: Vec<bool>,
     opts: &'a FitOptions,
     evals: usize,
 }
@@ -711,6 +752,9 @@ impl Problem<'_> {
     fn jacobian(&mut self, x: &[f64], r: &[f64]) -> Vec<Vec<f64>> {
         (0..PARAMS.len())
             .map(|j| {
+                if self.held[j] {
+                    return vec![0.0; r.len()];
+                }
                 let mut xp = x.to_vec();
                 let (_, hi) = PARAMS[j].bounds();
                 let step = if xp[j] + JAC_STEP > hi.ln() {
@@ -872,6 +916,11 @@ fn levenberg_marquardt(
             .map(|i| x[i] - (0..np).map(|k| inv[i][k] * g[k]).sum::<f64>())
             .collect();
         clamp_x(&mut xn);
+        for (j, v) in xn.iter_mut().enumerate() {
+            if pb.held[j] {
+                *v = pb.x0[j];
+            }
+        }
         let moved = xn
             .iter()
             .zip(&x)
@@ -997,11 +1046,16 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
     };
     let x0: Vec<f64> = PARAMS.iter().map(|p| p.start(&base.gpu).ln()).collect();
     let phases = phases(&data.plans);
+    let held: Vec<bool> = PARAMS
+        .iter()
+        .map(|p| *p == Param::KKv && !contexts_differ(&data.plans))
+        .collect();
     let mut pb = Problem {
         data,
         phases,
         base: base.clone(),
         x0: x0.clone(),
+        held: held.clone(),
         opts,
         evals: 0,
     };
@@ -1049,7 +1103,7 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
     // Three quarters of the evaluations for Nelder–Mead, the rest for the polish.
     let nm_evals = opts.max_evals * 3 / 4;
     let nm_deadline = started + opts.budget * 3 / 4;
-    let all: Vec<usize> = (0..PARAMS.len()).collect();
+    let all: Vec<usize> = (0..PARAMS.len()).filter(|j| !held[*j]).collect();
     let load_j = PARAMS
         .iter()
         .position(|p| *p == Param::FrontendLoadMs)
@@ -1113,7 +1167,9 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
             let constrained = sd < CONSTRAINED_SD;
             let influence = cols[j].iter().map(|v| v * v).sum::<f64>().sqrt();
             let note = (!constrained).then(|| {
-                if influence < 0.05 {
+                if held[j] {
+                    "held at the preset: every class of the run asks for the same prefix, prompt and output lengths, so nothing separates it from t_seq_us and mbu".to_string()
+                } else if influence < 0.05 {
                     format!(
                         "no measured figure depends on it ({}); it stays near the preset",
                         match p {
@@ -1121,6 +1177,7 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
                             Param::TStepMs => "the per-step overhead is small against the step time",
                             Param::TSeqUs => "too few sequences per step for their host cost to show",
                             Param::TPrefillMs => "prefill steps are too few or too short for a per-request cost to show",
+                            Param::KKv => "the contexts are too short or too alike for the KV reads to show in the step time",
                             Param::FrontendInMs => "small against TTFT",
                             Param::FrontendLoadMs => "the levels stream too few tokens per second for the frontend's contention to show in TTFT",
                             Param::Mbu => "no memory-bound step",
@@ -1189,6 +1246,7 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
         residuals: res,
         bias,
         kv_usage,
+        longest_context_tokens: longest_context(&data.plans),
     }
 }
 
@@ -1242,18 +1300,20 @@ impl Calibration {
     }
 
     /// Applies the fit to `cfg`, a configuration to plan. On the calibrated card the constants
-    /// and the KV pool are the fit's; on another card the efficiencies (MBU, MFU) keep their
-    /// fitted ratio to the base preset (capped at 1), the host overheads carry over as they are,
+    /// and the KV pool are the fit's; on another card the efficiencies (MBU, MFU, capped at 1)
+    /// and the KV read factor keep their fitted ratio to the base preset, the host overheads carry over as they are,
     /// and the pool is the card's own profile scaled by the fitted pool's ratio to the base
     /// profile. `base_preset` is the base configuration before the fit (its pool the profiler's).
     /// The pool is kept only where GPU, model, dtype and parallelism are the run's.
     pub fn apply(&self, base_preset: &EngineConfig, cfg: &mut EngineConfig) {
         let same_card = cfg.gpu_name == base_preset.gpu_name;
         for c in &self.constants {
-            let v = if same_card || !c.param.is_efficiency() {
-                c.fitted
-            } else {
-                (c.param.get(&cfg.gpu) * c.fitted / c.preset).min(1.0)
+            let ratio = c.param.get(&cfg.gpu) * c.fitted / c.preset;
+            let v = match c.param {
+                _ if same_card => c.fitted,
+                Param::Mbu | Param::Mfu => ratio.min(1.0),
+                Param::KKv => ratio,
+                _ => c.fitted,
             };
             c.param.set(&mut cfg.gpu, v);
         }
@@ -1278,6 +1338,26 @@ impl Calibration {
             .iter()
             .find(|b| b.figure == figure)
             .map(|b| (b.low, b.high))
+    }
+
+    /// A caveat when the fit measured the KV read factor (`k_kv`) and `planned` asks for contexts
+    /// more than 1.25× the run's longest: the factor is linear in context, and the real-vLLM
+    /// check found a CPU's attention cost growing slower than that (CALIBRATION.md).
+    pub fn context_caveat(&self, planned: &[ClassPlan]) -> Option<String> {
+        let k = self
+            .constants
+            .iter()
+            .find(|c| c.param == Param::KKv && c.constrained)?;
+        let fitted = self.longest_context_tokens?;
+        let wanted = longest_context(planned);
+        let beyond = wanted.is_none_or(|w| w * 4 > fitted * 5);
+        beyond.then(|| {
+            format!(
+                "k_kv {:.3} (the cost of reading the KV cache) was fitted on contexts of at most {fitted} tokens; this workload reaches {}: decode there is extrapolated (on the real-vLLM check, 1.8× the fitted context read ITL +21 to +33 %: a CPU's attention cost grows slower than linearly)",
+                k.fitted,
+                wanted.map_or("unbounded lengths".to_string(), |w| format!("{w}")),
+            )
+        })
     }
 
     /// What the plan's caveats say of this fit on `planned_gpu` ([`crate::bounds::caveats_with`]):
@@ -1381,4 +1461,40 @@ fn sig3(v: f64) -> String {
     }
     let d = (2 - v.abs().log10().floor() as i32).max(0) as usize;
     format!("{v:.d$}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plans(classes: &str) -> Vec<ClassPlan> {
+        let w = format!("load: {{mode: concurrency}}\nclasses:\n{classes}");
+        let w = Workload::parse(&w, Path::new("w.yaml"), Path::new(".")).unwrap();
+        ClassPlan::from_workload(&w, None).unwrap()
+    }
+
+    const SHORT: &str =
+        "  - name: short\n    prompt_tokens: {fixed: 128}\n    max_tokens: {fixed: 64}\n";
+    const LONG: &str =
+        "  - name: long\n    prompt_tokens: {fixed: 256}\n    max_tokens: {fixed: 64}\n";
+
+    #[test]
+    fn the_kv_read_factor_is_fitted_only_when_the_classes_contexts_differ() {
+        assert!(!contexts_differ(&plans(SHORT)));
+        let twice = SHORT.to_string() + &SHORT.replace("short", "again");
+        assert!(!contexts_differ(&plans(&twice)));
+        assert!(contexts_differ(&plans(&(SHORT.to_string() + LONG))));
+    }
+
+    #[test]
+    fn the_longest_context_is_prefix_prompt_and_output_at_their_bounds() {
+        assert_eq!(
+            longest_context(&plans(&(SHORT.to_string() + LONG))),
+            Some(320)
+        );
+        let prefixed = "  - name: p\n    shared_prefix_tokens: 32\n    prompt_tokens: {fixed: 128}\n    max_tokens: {fixed: 64}\n";
+        assert_eq!(longest_context(&plans(prefixed)), Some(224));
+        let drawn = "  - name: o\n    prompt_tokens: {lognormal: {median: 500, p90: 2000, min: 1, max: 8000}}\n    max_tokens: {fixed: 64}\n";
+        assert_eq!(longest_context(&plans(drawn)), Some(8064));
+    }
 }

@@ -177,6 +177,14 @@ pub struct GpuPreset {
     /// `plan --calibrate-from`.
     #[serde(default)]
     pub t_prefill_ms: f64,
+    /// `k_kv`: how much slower decode attention streams the KV cache than decode GEMVs stream
+    /// weights (a factor on the KV bytes in the roofline, [`super::timing`]). Paged-attention
+    /// reads on GPUs: 1.4 (BLIS β₂ᵦ/β₃, the default). A CPU backend's attention kernel is far
+    /// from bandwidth-bound (the real vLLM of `scripts/plan-calibration-check` decodes a
+    /// 256-token context 20–40 % slower than a 128-token one where bandwidth alone predicts
+    /// 1 %); `plan --calibrate-from` fits it when the run's prompt lengths differ.
+    #[serde(default = "default_k_kv")]
+    pub k_kv: f64,
     /// Frontend time before the engine core sees a request: HTTP, template, tokenisation, IPC (ms).
     pub frontend_in_ms: f64,
     /// Of `frontend_in_ms`, the CPU work one API-server process does per request in turn (ms):
@@ -220,6 +228,10 @@ pub struct GpuPreset {
 
 fn default_async_scheduling() -> bool {
     true
+}
+
+fn default_k_kv() -> f64 {
+    super::timing::K_KV
 }
 
 impl GpuPreset {
@@ -649,7 +661,7 @@ fn lookup<T: Clone>(
 /// 2.5 PFLOP/s dense) so any real or planned GPU fits; they exist so that a typo or an extreme
 /// value in a custom preset is refused with the field's name instead of producing a KV pool of
 /// billions of blocks or a step that lasts for years.
-fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 24] {
+fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 25] {
     [
         (
             "memory_mib",
@@ -679,6 +691,7 @@ fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 24
         ("t_layer_us", g.t_layer_us, 0.0, 1.0e5, "µs"),
         ("t_seq_us", g.t_seq_us, 0.0, 1.0e5, "µs"),
         ("t_prefill_ms", g.t_prefill_ms, 0.0, 1.0e4, "ms"),
+        ("k_kv", g.k_kv, 0.1, 1.0e4, "× the KV bytes"),
         ("frontend_in_ms", g.frontend_in_ms, 0.0, 1.0e5, "ms"),
         (
             "frontend_load_ms",

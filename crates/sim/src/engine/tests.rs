@@ -495,3 +495,34 @@ fn the_frontend_load_term_adds_its_ms_per_thousand_tokens_per_second_streamed() 
         "extra {extra} s at {rate:.0} tokens/s, want {want} s"
     );
 }
+
+/// `k_kv` scales what decode pays per KV byte read, and nothing else: on the default A10G +
+/// Qwen2.5-3B, 8 decodes over 2,048 tokens of context each, raising `k_kv` from 1.4 to 14 adds
+/// (14 − 1.4) × (KV read + write bytes) / (bandwidth × MBU). KV bytes per token from the model's
+/// config: 2 (K and V) × 36 layers × 2 KV heads × 128 dims × 2 bytes = 36,864.
+#[test]
+fn k_kv_scales_the_kv_bytes_of_decode_attention() {
+    let step = |k_kv: f64| {
+        let mut c = cfg_with(|_| {});
+        c.gpu.k_kv = k_kv;
+        let m = timing::StepModel::new(&c);
+        let mut w = StepWork::default();
+        for _ in 0..8 {
+            w.add(2048, 1, true);
+        }
+        (m.cost(&w, 1.0).duration_s, c)
+    };
+    let (base, c) = step(1.4);
+    let (slow, _) = step(14.0);
+    assert_eq!(c.kv_bytes_per_token, 36_864.0);
+    let bytes = 36_864.0 * (8.0 * 2048.0 + 8.0);
+    let want = (14.0 - 1.4) * bytes / (c.gpu.mem_bw_gbps * 1e9 * c.gpu.mbu);
+    assert!(
+        ((slow - base) / want - 1.0).abs() < 1e-9,
+        "added {:.6} ms, want {:.6} ms",
+        (slow - base) * 1e3,
+        want * 1e3
+    );
+    // A preset that does not name it keeps the GPU default.
+    assert_eq!(cfg_with(|_| {}).gpu.k_kv, timing::K_KV);
+}

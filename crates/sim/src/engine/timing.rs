@@ -21,7 +21,8 @@
 
 use super::spec::{EngineConfig, Interconnect, WeightDtype};
 
-/// `k_kv`: paged-attention KV reads are less efficient than weight GEMVs (BLIS β₂ᵦ/β₃ ≈ 1.4).
+/// Default `k_kv` ([`super::spec::GpuPreset::k_kv`]): paged-attention KV reads are less
+/// efficient than weight GEMVs (BLIS β₂ᵦ/β₃ ≈ 1.4).
 pub const K_KV: f64 = 1.4;
 
 /// FP8 W8A8 GEMMs reach this fraction of the BF16 MFU against the doubled FP8 peak, so an FP8
@@ -118,6 +119,7 @@ pub struct StepModel {
     gemm_mfu: f64,
     mfu: f64,
     mbu: f64,
+    k_kv: f64,
     tp_bytes_per_token: f64,
     tp_link: f64,
     tp_alpha_s: f64,
@@ -156,6 +158,7 @@ impl StepModel {
             gemm_mfu,
             mfu: g.mfu,
             mbu: g.mbu,
+            k_kv: g.k_kv,
             tp_bytes_per_token: if cfg.tensor_parallel > 1 {
                 2.0 * l * 2.0 * (tp - 1.0) / tp * d * 2.0
             } else {
@@ -186,7 +189,7 @@ impl StepModel {
         let kv_read = self.kv_bytes_per_token * w.ctx_read as f64;
         let kv_write = self.kv_bytes_per_token * t;
         let gemm = (f_gemm / p).max(self.weight_bytes / bw);
-        let attn = (f_attn / p_attn).max(K_KV * (kv_read + kv_write) / bw);
+        let attn = (f_attn / p_attn).max(self.k_kv * (kv_read + kv_write) / bw);
         let tp_comm = if self.tp > 1.0 {
             self.tp_bytes_per_token * t / self.tp_link + self.tp_alpha_s
         } else {
