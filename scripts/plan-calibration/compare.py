@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Planned against measured, level by level: the error of a calibrated plan on a held-out run.
 
-usage: compare.py LABEL PLAN_RUN_DIR MEASURED_RUN_DIR [--within 0.20]
+usage: compare.py LABEL PLAN_RUN_DIR MEASURED_RUN_DIR [--within 0.20] [--loads 1,8]
 
 Reads both results.json files (the run-directory format, schema in crates/core/src/run.rs),
 pairs levels of the same phase and load, and prints for each the measured figure, the planned one
 and the error (planned / measured - 1). Exits 1 when any compared figure is off by more than
---within; figures with fewer than 20 samples on either side are shown but not judged.
+--within; figures with fewer than 20 samples on either side are shown but not judged. --loads
+keeps only levels at those loads, and only levels both runs have.
 """
 import json
 import sys
@@ -40,8 +41,15 @@ def main():
         i = args.index("--within")
         within = float(args[i + 1])
         del args[i : i + 2]
+    loads = None
+    if "--loads" in args:
+        i = args.index("--loads")
+        loads = {float(v) for v in args[i + 1].split(",")}
+        del args[i : i + 2]
     label, plan_dir, real_dir = args
     plan, real = levels(plan_dir), levels(real_dir)
+    if loads is not None:
+        real = {k: v for k, v in real.items() if k[1] in loads and k in plan}
     worst, bad = 0.0, []
     print(f"{label}: planned ({plan_dir}) against measured ({real_dir})")
     print(f"  {'phase':<8}{'load':>6}  {'figure':<14}{'measured':>10}{'planned':>10}{'error':>9}")
