@@ -99,8 +99,8 @@ pub struct PlanArgs {
     /// Run directory (default: runs/<UTC time>; with --compare-gpus, one subdirectory per GPU).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Fit the twin's constants (MBU, MFU, step and per-sequence overheads, frontend time, KV
-    /// pool) to a sweep of your server (its run directory) and plan with them; --gpu, --model,
+    /// Fit the twin's constants (MBU, MFU, step, per-sequence and per-prefill overheads, KV
+    /// read factor, frontend time, KV pool) to a sweep of your server (its run directory) and plan with them; --gpu, --model,
     /// --dtype and --tp describe that server. Writes calibration.json.
     #[arg(long, value_name = "RUN_DIR")]
     pub calibrate_from: Option<PathBuf>,

@@ -3,7 +3,7 @@
 //!
 //! The twin's step-time model (`crates/sim/src/engine/timing.rs`) has a handful of constants no
 //! datasheet gives: the memory-bandwidth and FLOP utilisations (MBU, MFU), the per-step and
-//! per-sequence host overheads and the frontend's service time; the KV pool is vLLM's profiler's
+//! per-sequence host overheads, the KV read factor (`k_kv`) and the frontend's service time; the KV pool is vLLM's profiler's
 //! figure. A calibration re-measures every level of a real sweep on the virtual clock ([`TwinLevels`],
 //! the run's own workload and load, short virtual windows, the same seed for every candidate so
 //! that the objective is smooth) and minimises the sum of squared log-residuals of the level's
@@ -727,11 +727,25 @@ fn contexts_differ(plans: &[ClassPlan]) -> bool {
     let synthetic: Vec<(u32, &LengthDist, &LengthDist)> = plans
         .iter()
         .filter_map(|c| match &c.prompt {
-            PromptSource::Synthetic(d) => Some((c.shared_prefix_tokens, d, &c.max_tokens)),
-            PromptSource::Dataset(_) => None,
+            PromptSource::Synthetic(d) if c.max_tokens != LengthDist::Dataset => {
+                Some((c.shared_prefix_tokens, d, &c.max_tokens))
+            }
+            _ => None,
         })
         .collect();
     synthetic.len() < plans.len() || synthetic.windows(2).any(|w| w[0] != w[1])
+}
+
+/// The classes of `data` whose phase, or the mix of all of them, has a measured level.
+fn measured_plans(data: &RunData) -> Vec<ClassPlan> {
+    let has = |name: &str| data.levels.iter().any(|l| l.phase == name);
+    // The sweep names the mix's phase "mix" (`headroom_sweep::controller::phases`).
+    let mix = has("mix");
+    data.plans
+        .iter()
+        .filter(|c| mix || has(&c.name))
+        .cloned()
+        .collect()
 }
 
 /// The fit's state: data, base, and the evaluations made.
@@ -1046,9 +1060,11 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
     };
     let x0: Vec<f64> = PARAMS.iter().map(|p| p.start(&base.gpu).ln()).collect();
     let phases = phases(&data.plans);
+    // Only the classes the run measured (a sweep with --class measures one of the workload's).
+    let measured = measured_plans(data);
     let held: Vec<bool> = PARAMS
         .iter()
-        .map(|p| *p == Param::KKv && !contexts_differ(&data.plans))
+        .map(|p| *p == Param::KKv && !contexts_differ(&measured))
         .collect();
     let mut pb = Problem {
         data,
@@ -1146,7 +1162,8 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
     let (x, r_fit, cols) = levenberg_marquardt(&mut pb, x, r_nm, deadline);
     let cost_fitted = r_fit.iter().map(|v| v * v).sum::<f64>();
     let np = PARAMS.len();
-    let dof = r_fit.len().saturating_sub(np).max(1) as f64;
+    let free = held.iter().filter(|h| !**h).count();
+    let dof = r_fit.len().saturating_sub(free).max(1) as f64;
     let s2 = (cost_fitted / dof).max(0.02f64.powi(2));
     let jtj: Vec<Vec<f64>> = (0..np)
         .map(|a| {
@@ -1246,7 +1263,7 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
         residuals: res,
         bias,
         kv_usage,
-        longest_context_tokens: longest_context(&data.plans),
+        longest_context_tokens: longest_context(&measured_plans(data)),
     }
 }
 
@@ -1353,9 +1370,9 @@ impl Calibration {
         let beyond = wanted.is_none_or(|w| w * 4 > fitted * 5);
         beyond.then(|| {
             format!(
-                "k_kv {:.3} (the cost of reading the KV cache) was fitted on contexts of at most {fitted} tokens; this workload reaches {}: decode there is extrapolated (on the real-vLLM check, 1.8× the fitted context read ITL +21 to +33 %: a CPU's attention cost grows slower than linearly)",
+                "k_kv {:.3} (the cost of reading the KV cache) was fitted on contexts of at most {fitted} tokens; this workload reaches {}: decode there is extrapolated (on the CPU real-vLLM check, 1.8× the fitted context read ITL +21 to +33 %: that CPU's attention cost grows slower than linearly)",
                 k.fitted,
-                wanted.map_or("unbounded lengths".to_string(), |w| format!("{w}")),
+                wanted.map_or("lengths drawn from a dataset".to_string(), |w| format!("{w} tokens")),
             )
         })
     }
@@ -1484,6 +1501,50 @@ mod tests {
         let twice = SHORT.to_string() + &SHORT.replace("short", "again");
         assert!(!contexts_differ(&plans(&twice)));
         assert!(contexts_differ(&plans(&(SHORT.to_string() + LONG))));
+    }
+
+    fn calibration(k_kv_constrained: bool, longest: Option<u64>) -> Calibration {
+        Calibration {
+            source: "run".into(),
+            base_gpu: "a10g".into(),
+            base_model: "m".into(),
+            constants: vec![Fitted {
+                param: Param::KKv,
+                preset: 1.4,
+                fitted: 14.0,
+                sd_log: if k_kv_constrained { 0.1 } else { 1.0 },
+                constrained: k_kv_constrained,
+                note: None,
+            }],
+            t_layer_us: 0.0,
+            num_gpu_blocks: 2,
+            num_gpu_blocks_source: String::new(),
+            cost_preset: 0.0,
+            cost_fitted: 0.0,
+            evaluations: 0,
+            wall_s: 0.0,
+            residuals: Vec::new(),
+            bias: Vec::new(),
+            kv_usage: Vec::new(),
+            longest_context_tokens: longest,
+        }
+    }
+
+    #[test]
+    fn a_plan_past_the_fitted_contexts_says_so_only_when_k_kv_was_fitted() {
+        // SHORT + LONG reach 320 tokens; a 1.25× margin is 400.
+        let long = plans(LONG);
+        let twice =
+            plans("  - name: x\n    prompt_tokens: {fixed: 600}\n    max_tokens: {fixed: 64}\n");
+        let fitted = calibration(true, Some(320));
+        assert_eq!(fitted.context_caveat(&long), None);
+        let c = fitted.context_caveat(&twice).unwrap();
+        assert!(
+            c.contains("at most 320 tokens") && c.contains("reaches 664 tokens"),
+            "{c}"
+        );
+        assert_eq!(calibration(false, Some(320)).context_caveat(&twice), None);
+        assert_eq!(calibration(true, None).context_caveat(&twice), None);
     }
 
     #[test]

@@ -171,6 +171,9 @@ async fn the_fit_recovers_altered_constants_and_predicts_held_out_levels() {
         .find(|c| c.param == Param::Mbu)
         .unwrap();
     assert!(mbu.constrained, "{}", cal.table());
+    // One prompt length: nothing separates the KV read factor from the per-sequence cost, so
+    // it stays exactly at the preset.
+    assert_eq!(cal.value(Param::KKv), Some(b.gpu.k_kv), "{}", cal.table());
 
     // Held out: another concurrency, and another --max-num-seqs (requests queue at 24).
     let mut fitted = b.clone();

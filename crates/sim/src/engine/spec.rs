@@ -182,7 +182,8 @@ pub struct GpuPreset {
     /// reads on GPUs: 1.4 (BLIS β₂ᵦ/β₃, the default). A CPU backend's attention kernel is far
     /// from bandwidth-bound (the real vLLM of `scripts/plan-calibration-check` decodes a
     /// 256-token context 20–40 % slower than a 128-token one where bandwidth alone predicts
-    /// 1 %); `plan --calibrate-from` fits it when the run's prompt lengths differ.
+    /// 1 %); `plan --calibrate-from` fits it when the run's classes ask for different context
+    /// lengths. From 1 (KV reads as efficient as weight reads) to 1,000.
     #[serde(default = "default_k_kv")]
     pub k_kv: f64,
     /// Frontend time before the engine core sees a request: HTTP, template, tokenisation, IPC (ms).
@@ -691,7 +692,7 @@ fn gpu_ranges(g: &GpuPreset) -> [(&'static str, f64, f64, f64, &'static str); 25
         ("t_layer_us", g.t_layer_us, 0.0, 1.0e5, "µs"),
         ("t_seq_us", g.t_seq_us, 0.0, 1.0e5, "µs"),
         ("t_prefill_ms", g.t_prefill_ms, 0.0, 1.0e4, "ms"),
-        ("k_kv", g.k_kv, 0.1, 1.0e4, "× the KV bytes"),
+        ("k_kv", g.k_kv, 1.0, 1.0e3, "× the KV bytes"),
         ("frontend_in_ms", g.frontend_in_ms, 0.0, 1.0e5, "ms"),
         (
             "frontend_load_ms",
