@@ -100,8 +100,9 @@ pub struct PlanArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Fit the twin's constants (MBU, MFU, step, per-sequence and per-prefill overheads, KV
-    /// read factor, frontend time, KV pool) to a sweep of your server (its run directory) and plan with them; --gpu, --model,
-    /// --dtype and --tp describe that server. Writes calibration.json.
+    /// read factor, frontend time, KV pool) to a sweep of your server (its run directory) and
+    /// plan with them; --gpu, --model, --dtype and --tp describe that server. Writes
+    /// calibration.json.
     #[arg(long, value_name = "RUN_DIR")]
     pub calibrate_from: Option<PathBuf>,
     /// The measured server's --max-num-seqs, when the plan's --max-num-seqs is a what-if.

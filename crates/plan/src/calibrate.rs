@@ -3,7 +3,8 @@
 //!
 //! The twin's step-time model (`crates/sim/src/engine/timing.rs`) has a handful of constants no
 //! datasheet gives: the memory-bandwidth and FLOP utilisations (MBU, MFU), the per-step and
-//! per-sequence host overheads, the KV read factor (`k_kv`) and the frontend's service time; the KV pool is vLLM's profiler's
+//! per-sequence host overheads, the KV read factor (`k_kv`) and the frontend's service time;
+//! the KV pool is vLLM's profiler's
 //! figure. A calibration re-measures every level of a real sweep on the virtual clock ([`TwinLevels`],
 //! the run's own workload and load, short virtual windows, the same seed for every candidate so
 //! that the objective is smooth) and minimises the sum of squared log-residuals of the level's
@@ -468,6 +469,8 @@ pub struct Fitted {
     pub sd_log: f64,
     /// Whether the measured figures pin it down (`sd_log` below a factor of 1.25).
     pub constrained: bool,
+    /// Held at the preset, not searched: nothing in the run separates it from the others.
+    pub held: bool,
     /// Why not, when not.
     pub note: Option<String>,
 }
@@ -539,20 +542,25 @@ pub struct Calibration {
     pub longest_context_tokens: Option<u64>,
 }
 
+/// A class's context lengths (shared prefix tokens, prompt and output distributions); `None`
+/// when its prompts or output lengths come from a dataset.
+fn synthetic_lengths(c: &ClassPlan) -> Option<(u32, &LengthDist, &LengthDist)> {
+    match &c.prompt {
+        PromptSource::Synthetic(d) if c.max_tokens != LengthDist::Dataset => {
+            Some((c.shared_prefix_tokens, d, &c.max_tokens))
+        }
+        _ => None,
+    }
+}
+
 /// The longest context (tokens: shared prefix + prompt + max_tokens) a request of `plans` can
 /// reach, each length at its distribution's bound; `None` when a class reads a dataset.
 pub fn longest_context(plans: &[ClassPlan]) -> Option<u64> {
-    plans
-        .iter()
-        .map(|c| match &c.prompt {
-            PromptSource::Synthetic(d) => Some(
-                u64::from(c.shared_prefix_tokens)
-                    + u64::from(d.max()?)
-                    + u64::from(c.max_tokens.max()?),
-            ),
-            PromptSource::Dataset(_) => None,
-        })
-        .try_fold(0u64, |m, l| Some(m.max(l?)))
+    plans.iter().try_fold(0u64, |longest, c| {
+        let (prefix, prompt, out) = synthetic_lengths(c)?;
+        let l = u64::from(prefix) + u64::from(prompt.max()?) + u64::from(out.max()?);
+        Some(longest.max(l))
+    })
 }
 
 /// A simulated level: its figures by name, and its mean KV use.
@@ -721,18 +729,11 @@ fn clamp_x(x: &mut [f64]) {
 }
 
 /// Whether the run's classes ask for contexts of different lengths (shared prefix, prompt or
-/// output lengths differ between two classes, or a class reads a dataset): only then does the KV read factor
-/// move the step time apart from the per-sequence cost, which scales with the same sequences.
+/// output lengths differ between two classes, or a class reads a dataset): only then does the
+/// KV read factor move the step time apart from the per-sequence cost, which scales with the
+/// same sequences.
 fn contexts_differ(plans: &[ClassPlan]) -> bool {
-    let synthetic: Vec<(u32, &LengthDist, &LengthDist)> = plans
-        .iter()
-        .filter_map(|c| match &c.prompt {
-            PromptSource::Synthetic(d) if c.max_tokens != LengthDist::Dataset => {
-                Some((c.shared_prefix_tokens, d, &c.max_tokens))
-            }
-            _ => None,
-        })
-        .collect();
+    let synthetic: Vec<_> = plans.iter().filter_map(synthetic_lengths).collect();
     synthetic.len() < plans.len() || synthetic.windows(2).any(|w| w[0] != w[1])
 }
 
@@ -1224,6 +1225,7 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
                 fitted: x[j].exp(),
                 sd_log: sd,
                 constrained,
+                held: held[j],
                 note,
             }
         })
@@ -1263,7 +1265,7 @@ pub fn fit(base: &EngineConfig, data: &RunData, opts: &FitOptions) -> Calibratio
         residuals: res,
         bias,
         kv_usage,
-        longest_context_tokens: longest_context(&measured_plans(data)),
+        longest_context_tokens: longest_context(&measured),
     }
 }
 
@@ -1318,18 +1320,19 @@ impl Calibration {
 
     /// Applies the fit to `cfg`, a configuration to plan. On the calibrated card the constants
     /// and the KV pool are the fit's; on another card the efficiencies (MBU, MFU, capped at 1)
-    /// and the KV read factor keep their fitted ratio to the base preset, the host overheads carry over as they are,
+    /// and the KV read factor keep their fitted ratio to the base preset, the host overheads
+    /// carry over as they are,
     /// and the pool is the card's own profile scaled by the fitted pool's ratio to the base
     /// profile. `base_preset` is the base configuration before the fit (its pool the profiler's).
     /// The pool is kept only where GPU, model, dtype and parallelism are the run's.
     pub fn apply(&self, base_preset: &EngineConfig, cfg: &mut EngineConfig) {
         let same_card = cfg.gpu_name == base_preset.gpu_name;
         for c in &self.constants {
-            let ratio = c.param.get(&cfg.gpu) * c.fitted / c.preset;
+            let ratio = || c.param.get(&cfg.gpu) * c.fitted / c.preset;
             let v = match c.param {
                 _ if same_card => c.fitted,
-                Param::Mbu | Param::Mfu => ratio.min(1.0),
-                Param::KKv => ratio,
+                Param::Mbu | Param::Mfu => ratio().min(1.0),
+                Param::KKv => ratio(),
                 _ => c.fitted,
             };
             c.param.set(&mut cfg.gpu, v);
@@ -1357,14 +1360,15 @@ impl Calibration {
             .map(|b| (b.low, b.high))
     }
 
-    /// A caveat when the fit measured the KV read factor (`k_kv`) and `planned` asks for contexts
-    /// more than 1.25× the run's longest: the factor is linear in context, and the real-vLLM
-    /// check found a CPU's attention cost growing slower than that (CALIBRATION.md).
+    /// A caveat when the fit searched the KV read factor (`k_kv`, constrained or not) and
+    /// `planned` asks for contexts more than 1.25× the run's longest: the factor is linear in
+    /// context, and the real-vLLM check found a CPU's attention cost growing slower than that
+    /// (CALIBRATION.md).
     pub fn context_caveat(&self, planned: &[ClassPlan]) -> Option<String> {
         let k = self
             .constants
             .iter()
-            .find(|c| c.param == Param::KKv && c.constrained)?;
+            .find(|c| c.param == Param::KKv && !c.held)?;
         let fitted = self.longest_context_tokens?;
         let wanted = longest_context(planned);
         let beyond = wanted.is_none_or(|w| w * 4 > fitted * 5);
@@ -1503,7 +1507,7 @@ mod tests {
         assert!(contexts_differ(&plans(&(SHORT.to_string() + LONG))));
     }
 
-    fn calibration(k_kv_constrained: bool, longest: Option<u64>) -> Calibration {
+    fn calibration(k_kv_searched: bool, longest: Option<u64>) -> Calibration {
         Calibration {
             source: "run".into(),
             base_gpu: "a10g".into(),
@@ -1512,8 +1516,9 @@ mod tests {
                 param: Param::KKv,
                 preset: 1.4,
                 fitted: 14.0,
-                sd_log: if k_kv_constrained { 0.1 } else { 1.0 },
-                constrained: k_kv_constrained,
+                sd_log: if k_kv_searched { 0.1 } else { 2.3 },
+                constrained: k_kv_searched,
+                held: !k_kv_searched,
                 note: None,
             }],
             t_layer_us: 0.0,
@@ -1532,6 +1537,9 @@ mod tests {
 
     #[test]
     fn a_plan_past_the_fitted_contexts_says_so_only_when_k_kv_was_fitted() {
+        // Searched but not pinned down is still an extrapolation of the fitted value.
+        let mut loose = calibration(true, Some(320));
+        loose.constants[0].constrained = false;
         // SHORT + LONG reach 320 tokens; a 1.25× margin is 400.
         let long = plans(LONG);
         let twice =
@@ -1543,6 +1551,7 @@ mod tests {
             c.contains("at most 320 tokens") && c.contains("reaches 664 tokens"),
             "{c}"
         );
+        assert!(loose.context_caveat(&twice).is_some());
         assert_eq!(calibration(false, Some(320)).context_caveat(&twice), None);
         assert_eq!(calibration(true, None).context_caveat(&twice), None);
     }
