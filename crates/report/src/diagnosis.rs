@@ -172,15 +172,46 @@ fn deciding(a: &Assessment) -> Option<String> {
         Verdict::Pass => "closest",
     };
     // The reason's first clause says where the figure came from and why.
-    let why: String = o
-        .reason
-        .split("; ")
-        .next()
-        .unwrap_or("")
-        .chars()
-        .take(160)
-        .collect();
+    let why = clip_at_clause(
+        o.reason.split("; ").next().unwrap_or(""),
+        DECIDING_WHY_CHARS,
+    );
     Some(format!("{how}: {} ({observed}; {why})", o.description))
+}
+
+/// Longest reason text on the verdict line (characters); the whole reason is in the table.
+const DECIDING_WHY_CHARS: usize = 160;
+
+/// `text` whole when it fits in `max` characters, else its leading comma-separated parts that
+/// fit, else its leading words with "…": a cut never falls inside a word or a figure.
+fn clip_at_clause(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    for part in text.split(", ") {
+        let more = if out.is_empty() { 0 } else { 2 } + part.chars().count();
+        if out.chars().count() + more > max {
+            break;
+        }
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(part);
+    }
+    if out.is_empty() {
+        for word in text.split(' ') {
+            if out.chars().count() + word.chars().count() + 2 > max {
+                break;
+            }
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(word);
+        }
+        out.push('…');
+    }
+    out
 }
 
 /// Plain text for a terminal (no colour codes). It leads with the verdict, the objective that
@@ -634,6 +665,30 @@ mod tests {
         assert!(t.contains("trade-off:    higher ITL"));
         assert!(t.contains("812 ms"));
         assert!(t.contains("  - vllm 0.32"));
+    }
+
+    /// The verdict line's reason keeps whole clauses: a 16-sample breach of the real vLLM
+    /// fixture (`v0.32-cpu-queueing-maxseqs4.prom`) once read "… with fewer than t)".
+    #[test]
+    fn the_deciding_reason_is_cut_between_clauses_never_inside_a_word() {
+        let r = "server-side (vllm:request_queue_time_seconds), breached: at least 12 of 16 observations above 0.3 s (allowed 5.00 %), a breach certain at 95 % with fewer than the 20 observations p95 needs";
+        assert_eq!(
+            clip_at_clause(r, 160),
+            "server-side (vllm:request_queue_time_seconds), breached: at least 12 of 16 observations above 0.3 s (allowed 5.00 %)"
+        );
+        assert_eq!(clip_at_clause("short, enough", 160), "short, enough");
+        assert_eq!(clip_at_clause("one long clause of words", 12), "one long…");
+        for max in 1..r.len() {
+            let c = clip_at_clause(r, max);
+            assert!(c.chars().count() <= max, "{max}: {c}");
+            let body = c.trim_end_matches('…');
+            assert!(r.starts_with(body), "{max}: {c}");
+            let next = r[body.len()..].chars().next();
+            assert!(
+                body.is_empty() || matches!(next, None | Some(',') | Some(' ')),
+                "{max}: cut inside a word: {c}"
+            );
+        }
     }
 
     /// The verdict, what decides it and the top finding come first, in a few lines; a step
