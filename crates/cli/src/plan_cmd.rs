@@ -15,8 +15,9 @@ use headroom_load::client::{CancellationFlag, Target};
 use headroom_load::prompt::ClassPlan;
 use headroom_load::workload::{Levels, Workload, check_level};
 use headroom_plan::twin::TwinLevels;
+use headroom_plan::worst::{ErrorEdge, WorstCase, worst_case};
 use headroom_sweep::controller::{Progress, Sweep, SweepSettings};
-use headroom_sweep::run_dir::{CALIBRATION, RunDir};
+use headroom_sweep::run_dir::{CALIBRATION, PLAN_SUMMARY, RunDir};
 use headroom_sweep::search::{AutoBracket, LevelPlan};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -377,6 +378,9 @@ fn twin_spec(a: &PlanArgs, gpu: &str) -> headroom_sim::SimSpec {
 struct Planned {
     gpu: String,
     caveats: Vec<String>,
+    /// Where the twin's validated error (or the calibration's residuals) puts each figure at
+    /// worst: the table's worst-case columns.
+    edge: ErrorEdge,
     dir: PathBuf,
     result: RunResult,
     exit: i32,
@@ -400,6 +404,7 @@ async fn plan_one(
         c.cal.apply(&c.base, &mut cfg);
         c.cal.bounds(&cfg.gpu_name)
     });
+    let edge = ErrorEdge::of(fit.as_ref());
     let mut caveats = headroom_plan::bounds::caveats_with(&cfg, fit.as_ref());
     if let Some(c) = &p.calibration
         && let Some(m) = &c.other_gpu
@@ -551,6 +556,28 @@ async fn plan_one(
     if let Some(e) = &log.error {
         bail!("could not write the run directory: {e}");
     }
+    let summary = serde_json::json!({
+        "gpu": gpu,
+        "model": a.model,
+        "edge": {"ttft_factor": edge.ttft, "itl_factor": edge.itl, "throughput_divisor": edge.throughput},
+        "phases": result.phases.iter().map(|ph| {
+            let w = worst_case(ph, &edge);
+            serde_json::json!({
+                "name": ph.name,
+                "mode": ph.mode,
+                "capacity": ph.capacity,
+                "capacity_band": ph.capacity_band,
+                "request_rate_per_s": capacity_level(ph).map(|l| l.request_rate_per_s),
+                "worst_case_capacity": w.capacity,
+                "worst_case_request_rate_per_s": w.request_rate_per_s,
+                "worst_case_first_breach": w.first_breach,
+            })
+        }).collect::<Vec<_>>(),
+        "caveats": caveats,
+    });
+    run_dir
+        .write(PLAN_SUMMARY, &serde_json::to_vec_pretty(&summary)?)
+        .context("cannot write the run directory")?;
     let exit = match &result.status {
         _ if cancel.is_cancelled() => 130,
         headroom_core::run::RunStatus::Stopped { .. } => 1,
@@ -560,6 +587,7 @@ async fn plan_one(
     Ok(Planned {
         gpu: gpu.to_string(),
         caveats,
+        edge,
         dir: dir.to_path_buf(),
         result,
         exit,
@@ -600,6 +628,17 @@ fn per_replica(p: &PhaseResult, peak: Peak) -> Option<f64> {
     }
 }
 
+/// One replica's capacity in the peak's unit at the edge of the twin's error: the worst-case
+/// capacity, or its completions per second; a request rate is divided by the throughput factor.
+fn per_replica_worst(p: &PhaseResult, w: &WorstCase, edge: &ErrorEdge, peak: Peak) -> Option<f64> {
+    match (peak, p.mode) {
+        (Peak::Concurrency(_), LoadMode::Concurrency) => w.capacity,
+        (Peak::Rate(_), LoadMode::Rate) => w.capacity.map(|c| c / edge.throughput),
+        (Peak::Rate(_), LoadMode::Concurrency) => w.request_rate_per_s,
+        (Peak::Concurrency(_), LoadMode::Rate) => None,
+    }
+}
+
 /// The plan table: per GPU and phase, the capacity at the SLO with its band, tokens/s, tokens
 /// per joule, KV use and, with a peak, the replicas.
 fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
@@ -608,6 +647,7 @@ fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
         "phase",
         "capacity",
         "band",
+        "worst case",
         "output tok/s",
         "tok/J",
         "KV use",
@@ -617,11 +657,13 @@ fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
     .to_vec();
     if peak.is_some() {
         head.push("replicas".into());
+        head.push("worst case".into());
     }
     let mut rows = vec![head];
     for pl in planned {
         for p in &pl.result.phases {
             let l = capacity_level(p);
+            let w = worst_case(p, &pl.edge);
             let f = |v: Option<f64>, d: usize| v.map_or("–".to_string(), |v| format!("{v:.d$}"));
             let mut row = vec![
                 pl.gpu.clone(),
@@ -630,6 +672,9 @@ fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
                     headroom_report::fmt_load(c, p.mode)
                 }),
                 band(p),
+                w.capacity.map_or("none passed".to_string(), |c| {
+                    headroom_report::fmt_load(c, p.mode)
+                }),
                 f(l.map(|l| l.output_tokens_per_s), 0),
                 // The engine's generated tokens over the DCGM energy of the same window.
                 f(l.and_then(|l| figure(l, "generation_tokens_per_joule")), 2),
@@ -641,11 +686,12 @@ fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
                 let want = match pk {
                     Peak::Rate(x) | Peak::Concurrency(x) => x,
                 };
-                row.push(
-                    per_replica(p, pk)
-                        .and_then(|c| replicas(want, c, headroom))
-                        .map_or("–".to_string(), |n| n.to_string()),
-                );
+                for per in [per_replica(p, pk), per_replica_worst(p, &w, &pl.edge, pk)] {
+                    row.push(
+                        per.and_then(|c| replicas(want, c, headroom))
+                            .map_or("–".to_string(), |n| n.to_string()),
+                    );
+                }
             }
             rows.push(row);
         }
@@ -778,6 +824,30 @@ pub async fn run(a: PlanArgs, argv: Vec<String>) -> Result<i32> {
         ))
     );
     print!("{}", table(&planned, peak, headroom));
+    // What "worst case" multiplies, once per distinct edge (a calibration gives every GPU the
+    // same one).
+    let mut edges: Vec<ErrorEdge> = Vec::new();
+    for pl in &planned {
+        if !edges.contains(&pl.edge) {
+            edges.push(pl.edge);
+        }
+    }
+    for e in &edges {
+        let whose: Vec<&str> = planned
+            .iter()
+            .filter(|pl| pl.edge == *e)
+            .map(|pl| pl.gpu.as_str())
+            .collect();
+        println!(
+            "Worst case{}: the highest level planned that still meets every objective with each figure at the pessimistic edge of the twin's error below ({}); a lower bound up to the next level planned.",
+            if edges.len() > 1 {
+                format!(" ({})", whose.join(", "))
+            } else {
+                String::new()
+            },
+            e.describe()
+        );
+    }
     // The capacity band is sampling noise; what the model itself may get wrong, per GPU (the
     // signal biases are the same for all, printed once).
     let shared: Vec<&String> = planned

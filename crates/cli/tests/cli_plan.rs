@@ -127,7 +127,27 @@ fn peak_replicas_follow_the_capacity_levels_request_rate_and_gpus_share_one_tabl
             .lines()
             .find(|l| l.trim_start().starts_with(gpu))
             .unwrap_or_else(|| panic!("no {gpu} row in\n{text}"));
-        let last = row.split_whitespace().last().unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // The replicas, then the replicas at the worst case, close the row.
+        let (last, worst) = (cells[cells.len() - 2], cells[cells.len() - 1]);
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(tmp.path().join(gpu).join("plan.json")).unwrap())
+                .unwrap();
+        let s = &summary["phases"][0];
+        assert_eq!(s["capacity"], phase["capacity"], "{summary}");
+        match s["worst_case_request_rate_per_s"].as_f64() {
+            Some(rate) => {
+                let want = (40.0 / (rate * 0.75)).ceil() as u64;
+                assert_eq!(worst, want.to_string(), "{row}");
+                // The worst case never claims more than the plan: it needs as many replicas or more.
+                assert!(
+                    s["worst_case_capacity"].as_f64() <= phase["capacity"].as_f64(),
+                    "{summary}"
+                );
+                assert!(want >= last.parse::<u64>().unwrap_or(0), "{row}");
+            }
+            None => assert_eq!(worst, "–", "{row}"),
+        }
         match phase["capacity"].as_f64() {
             Some(cap) => {
                 let level = phase["levels"]

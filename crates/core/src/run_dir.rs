@@ -43,6 +43,9 @@ pub const SLO: &str = "slo.yaml";
 pub const WORKLOAD: &str = "workload.yaml";
 /// A plan's fitted twin constants (`headroom plan --calibrate-from`).
 pub const CALIBRATION: &str = "calibration.json";
+/// A plan's table as JSON (`headroom plan`): per phase, the capacity, its band and its worst case
+/// at the edge of the twin's validated error, and the plan's caveats.
+pub const PLAN_SUMMARY: &str = "plan.json";
 /// Folder of the engine's and dcgm-exporter's scrapes, one file each.
 pub const SCRAPES: &str = "scrapes";
 /// Folder of the client's recordings, one file per level.

@@ -9,3 +9,4 @@
 pub mod bounds;
 pub mod calibrate;
 pub mod twin;
+pub mod worst;

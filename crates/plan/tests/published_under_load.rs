@@ -27,9 +27,10 @@ use headroom_load::arrivals::LevelMode;
 use headroom_load::prompt::ClassPlan;
 use headroom_load::runner::RunOptions;
 use headroom_load::workload::Workload;
-use headroom_plan::bounds::SIGNAL_ERRORS;
+use headroom_plan::bounds::{CALIBRATED_HELD_OUT, SIGNAL_ERRORS, SignalError};
 use headroom_plan::calibrate::{FitOptions, Param, RunData, TargetLevel, fit};
 use headroom_plan::twin::TwinLevels;
+use headroom_plan::worst::ErrorEdge;
 use headroom_sim::SimSpec;
 use headroom_sweep::controller::{LevelMeasurer, LevelRequest, phases};
 use std::path::Path;
@@ -102,9 +103,9 @@ fn run_cfg(cfg: headroom_sim::EngineConfig, prompt: u32, output: u32, c: u32) ->
     }
 }
 
-/// The band `plan` prints for `signal`.
-fn band(signal: &str) -> (f64, f64) {
-    let e = SIGNAL_ERRORS
+/// The band `plan` prints for `signal`, of `bands`.
+fn band(bands: &[SignalError], signal: &str) -> (f64, f64) {
+    let e = bands
         .iter()
         .find(|e| e.signal == signal)
         .expect("a band per signal");
@@ -113,8 +114,20 @@ fn band(signal: &str) -> (f64, f64) {
 
 /// Checks `twin` against `published`, prints the line, and returns the failures.
 fn check(what: &str, signal: &str, twin: f64, published: f64, out: &mut Vec<String>) {
+    check_in(&SIGNAL_ERRORS, what, signal, twin, published, out)
+}
+
+/// [`check`] against `bands`.
+fn check_in(
+    bands: &[SignalError],
+    what: &str,
+    signal: &str,
+    twin: f64,
+    published: f64,
+    out: &mut Vec<String>,
+) {
     let err = twin / published - 1.0;
-    let (lo, hi) = band(signal);
+    let (lo, hi) = band(bands, signal);
     // A hundredth of slack: the bands are stated to the percent.
     let inside = err >= lo - 0.01 && err <= hi + 0.01;
     println!(
@@ -136,9 +149,11 @@ fn compare(
     output: u32,
     rows: &[Row],
     out: &mut Vec<String>,
-) {
+) -> Vec<f64> {
+    let mut ttft = Vec::new();
     for r in rows {
         let t = run(spec.clone(), prompt, output, r.c);
+        ttft.push(t.ttft_p50_ms);
         let at = |f: &str| format!("{name} c={} {f}", r.c);
         check(
             &at("TTFT p50 (ms)"),
@@ -160,6 +175,7 @@ fn compare(
             check(&at("requests/s"), "throughput", t.req_s, v, out);
         }
     }
+    ttft
 }
 
 fn l4() -> SimSpec {
@@ -234,18 +250,32 @@ fn calibrated_on_the_l4_sweeps_low_levels_the_twin_predicts_its_high_levels_with
     let mut cfg = base.clone();
     cal.apply(&base, &mut cfg);
     let mut outside = Vec::new();
-    for r in &L4_ROWS[3..] {
+    let mut unbanded = Vec::new();
+    let mut ttft = Vec::new();
+    for (i, r) in L4_ROWS.iter().enumerate() {
         let t = run_cfg(cfg.clone(), 256, 128, r.c);
-        for (what, twin, published) in [
-            ("TTFT p50 (ms)", t.ttft_p50_ms, r.ttft_p50_ms),
-            ("ITL p50 (ms)", t.itl_p50_ms, r.itl_ms.unwrap()),
-            ("output tok/s", t.out_tok_s, r.out_tok_s.unwrap()),
+        ttft.push(t.ttft_p50_ms);
+        if i < fitted_rows.len() {
+            continue;
+        }
+        for (what, signal, twin, published) in [
+            ("TTFT p50 (ms)", "ttft", t.ttft_p50_ms, r.ttft_p50_ms),
+            ("ITL p50 (ms)", "itl", t.itl_p50_ms, r.itl_ms.unwrap()),
+            (
+                "output tok/s",
+                "throughput",
+                t.out_tok_s,
+                r.out_tok_s.unwrap(),
+            ),
         ] {
             let err = twin / published - 1.0;
-            println!(
-                "held out L4 c={:<3} {what:<16} twin {twin:>9.2}  published {published:>9.2}  error {:+6.1} %",
-                r.c,
-                err * 100.0
+            check_in(
+                &CALIBRATED_HELD_OUT,
+                &format!("held out L4 c={} {what}", r.c),
+                signal,
+                twin,
+                published,
+                &mut unbanded,
             );
             if err.abs() > 0.20 {
                 outside.push(format!("c={} {what}: {:+.1} %", r.c, err * 100.0));
@@ -256,12 +286,53 @@ fn calibrated_on_the_l4_sweeps_low_levels_the_twin_predicts_its_high_levels_with
         outside.is_empty(),
         "held-out levels off by more than 20 %: {outside:?}"
     );
+    assert!(
+        unbanded.is_empty(),
+        "held-out levels outside CALIBRATED_HELD_OUT, the band a calibrated plan's worst case takes: {unbanded:?}"
+    );
+    let edge = ErrorEdge::of(Some(&cal.bounds("l4")));
+    worst_case_brackets_the_published_capacity("calibrated on c = 1-4", &ttft, edge);
+}
+
+/// Highest concurrency of `L4_ROWS` whose TTFT p50 (`ttft_ms`, one per row) times `factor`
+/// stays under `threshold_ms`, every lower one passing too (`0`: none passes).
+fn capacity(ttft_ms: &[f64], factor: f64, threshold_ms: f64) -> u32 {
+    L4_ROWS
+        .iter()
+        .zip(ttft_ms)
+        .take_while(|(_, t)| *t * factor < threshold_ms)
+        .last()
+        .map_or(0, |(r, _)| r.c)
+}
+
+/// For SLOs of TTFT p50 under each threshold, `plan`'s worst case (the twin's TTFT at `edge`)
+/// never claims more than the real server sustained: the capacity a review can defend.
+fn worst_case_brackets_the_published_capacity(what: &str, twin_ttft_ms: &[f64], edge: ErrorEdge) {
+    let published: Vec<f64> = L4_ROWS.iter().map(|r| r.ttft_p50_ms).collect();
+    let mut over = Vec::new();
+    for thr in [30.0, 40.0, 55.0, 65.0, 80.0, 110.0, 150.0] {
+        let real = capacity(&published, 1.0, thr);
+        let twin = capacity(twin_ttft_ms, 1.0, thr);
+        let worst = capacity(twin_ttft_ms, edge.ttft, thr);
+        println!(
+            "L4 {what}, TTFT p50 < {thr} ms: published capacity {real}, twin {twin}, worst case {worst} (TTFT ×{:.2})",
+            edge.ttft
+        );
+        if worst > real {
+            over.push(format!("< {thr} ms: worst case {worst} > published {real}"));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "{what}: the worst case claims more than the real server sustained: {over:?}"
+    );
 }
 
 #[test]
 fn published_sweeps_under_load_fall_inside_the_bands_plan_prints() {
     let mut outside = Vec::new();
-    compare("L4 0.5B", &l4(), 256, 128, &L4_ROWS, &mut outside);
+    let ttft = compare("L4 0.5B", &l4(), 256, 128, &L4_ROWS, &mut outside);
+    worst_case_brackets_the_published_capacity("presets", &ttft, ErrorEdge::of(None));
     for (tp, ttft, tpot, req_s) in [
         (1, [68.74, 75.91], [11.33, 11.34], [2.63, 2.63]),
         (2, [53.87, 54.43], [8.10, 8.09], [3.65, 3.66]),
@@ -283,7 +354,7 @@ fn published_sweeps_under_load_fall_inside_the_bands_plan_prints() {
             out_tok_s: None,
             req_s: Some(mean(req_s)),
         }];
-        compare(
+        let _ = compare(
             &format!("A100 PCIe 7B TP{tp}"),
             &spec,
             512,
