@@ -386,6 +386,59 @@ struct Planned {
     exit: i32,
 }
 
+/// What a calibrated plan changes from the measured server `base`: each engine setting that
+/// differs, and contexts past the calibrated ones (`longer`). Empty: the measured configuration
+/// at other loads.
+fn what_if(
+    base: &headroom_sim::EngineConfig,
+    cfg: &headroom_sim::EngineConfig,
+    longer: bool,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if cfg.gpu_name != base.gpu_name {
+        out.push(format!(
+            "--gpu {} (measured {})",
+            cfg.gpu_name, base.gpu_name
+        ));
+    }
+    let settings: [(&str, String, String); 5] = [
+        (
+            "--dtype",
+            cfg.dtype.as_str().into(),
+            base.dtype.as_str().into(),
+        ),
+        (
+            "--tp",
+            cfg.tensor_parallel.to_string(),
+            base.tensor_parallel.to_string(),
+        ),
+        (
+            "--max-num-seqs",
+            cfg.max_num_seqs.to_string(),
+            base.max_num_seqs.to_string(),
+        ),
+        (
+            "--max-num-batched-tokens",
+            cfg.max_num_batched_tokens.to_string(),
+            base.max_num_batched_tokens.to_string(),
+        ),
+        (
+            "--max-model-len",
+            cfg.max_model_len.to_string(),
+            base.max_model_len.to_string(),
+        ),
+    ];
+    for (flag, planned, measured) in settings {
+        if planned != measured {
+            out.push(format!("{flag} {planned} (measured {measured})"));
+        }
+    }
+    if longer {
+        out.push("contexts past the calibrated ones".into());
+    }
+    out
+}
+
 /// Plans one GPU into `dir`.
 async fn plan_one(
     a: &PlanArgs,
@@ -400,9 +453,15 @@ async fn plan_one(
     let mut cfg = spec
         .resolve()
         .map_err(|e| anyhow::anyhow!("--gpu {gpu} --model {}: {e}", a.model))?;
+    let context = p
+        .calibration
+        .as_ref()
+        .and_then(|c| c.cal.context_caveat(&p.plans));
     let fit = p.calibration.as_ref().map(|c| {
         c.cal.apply(&c.base, &mut cfg);
-        c.cal.bounds(&cfg.gpu_name)
+        let mut b = c.cal.bounds(&cfg.gpu_name);
+        b.what_if = what_if(&c.base, &cfg, context.is_some());
+        b
     });
     let edge = ErrorEdge::of(fit.as_ref());
     let mut caveats = headroom_plan::bounds::caveats_with(&cfg, fit.as_ref());
@@ -417,11 +476,7 @@ async fn plan_one(
             ),
         );
     }
-    if let Some(c) = p
-        .calibration
-        .as_ref()
-        .and_then(|c| c.cal.context_caveat(&p.plans))
-    {
+    if let Some(c) = context {
         caveats.push(c);
     }
     let warnings = p

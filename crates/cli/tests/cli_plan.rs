@@ -320,6 +320,55 @@ fn calibrating_from_another_gpus_run_says_so() {
             "{gpu}: {caveats}"
         );
     }
+    // On the measured card at other loads the worst case takes the held-out band; a what-if
+    // (another --max-num-seqs) the wider band of configurations the fit never saw, and says so.
+    let summary = |name: &str, extra: &[&str]| {
+        let dst = dir.join(name);
+        let out = headroom(
+            &[
+                &[
+                    "plan",
+                    "--gpu",
+                    "a10g",
+                    "--calibrate-from",
+                    src.to_str().unwrap(),
+                    "--out",
+                    dst.to_str().unwrap(),
+                ][..],
+                &quick[..],
+                extra,
+            ]
+            .concat(),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dst.join("plan.json")).unwrap()).unwrap();
+        v
+    };
+    let same = summary("same", &[]);
+    let what_if = summary(
+        "what-if",
+        &["--max-num-seqs", "8", "--measured-max-num-seqs", "256"],
+    );
+    assert!(
+        same["caveats"]
+            .to_string()
+            .contains("beyond the calibrated loads"),
+        "{same}"
+    );
+    assert!(
+        what_if["caveats"]
+            .to_string()
+            .contains("in this what-if (--max-num-seqs 8 (measured 256))"),
+        "{what_if}"
+    );
+    let ttft = |v: &serde_json::Value| v["edge"]["ttft_factor"].as_f64().unwrap();
+    assert!(ttft(&what_if) > ttft(&same), "{same}\n{what_if}");
+    assert!(ttft(&same) >= 1.0 / (1.0 - 0.15) - 1e-9, "{same}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1418,6 +1418,7 @@ impl Calibration {
                         .map(|n| format!("{} (kept at {}): {n}", c.param.name(), sig3(c.fitted)))
                 })
                 .collect(),
+            what_if: Vec::new(),
         }
     }
 

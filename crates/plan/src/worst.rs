@@ -8,7 +8,7 @@
 //! the worst case. Relative errors are `twin / real − 1`, so a real figure is `twin / (1 + e)`
 //! and the largest real latency is `twin / (1 + low)`.
 
-use crate::bounds::{CALIBRATED_HELD_OUT, FitBounds, SIGNAL_ERRORS};
+use crate::bounds::{CALIBRATED_HELD_OUT, CALIBRATED_WHAT_IF, FitBounds, SIGNAL_ERRORS};
 use headroom_core::LatencySignal;
 use headroom_core::Verdict;
 use headroom_core::objective::ObjectiveKind;
@@ -59,13 +59,20 @@ impl ErrorEdge {
     }
 
     /// The edge a plan states. Calibrated: per signal, the wider of the fit's own residuals
-    /// (in-sample) and what a calibrated twin was seen to miss on levels its fit never saw
-    /// ([`CALIBRATED_HELD_OUT`]). Otherwise the presets' validated errors ([`SIGNAL_ERRORS`]).
+    /// (in-sample) and what a calibrated twin was seen to miss where its fit never looked: other
+    /// loads ([`CALIBRATED_HELD_OUT`]), or in a what-if ([`FitBounds::what_if`]) another
+    /// configuration ([`CALIBRATED_WHAT_IF`]). Otherwise the presets' validated errors
+    /// ([`SIGNAL_ERRORS`]).
     pub fn of(fit: Option<&FitBounds>) -> Self {
         let Some(f) = fit else {
             return Self::from_errors(&[]);
         };
-        let wider: Vec<(&str, f64, f64)> = CALIBRATED_HELD_OUT
+        let held = if f.what_if.is_empty() {
+            &CALIBRATED_HELD_OUT
+        } else {
+            &CALIBRATED_WHAT_IF
+        };
+        let wider: Vec<(&str, f64, f64)> = held
             .iter()
             .map(|h| {
                 f.errors
@@ -267,6 +274,7 @@ mod tests {
             same_card: true,
             errors: vec![("ttft", ttft_low, 0.0), ("itl", -0.01, 0.01)],
             unconstrained: Vec::new(),
+            what_if: Vec::new(),
         };
         let held = |s: &str| CALIBRATED_HELD_OUT.iter().find(|e| e.signal == s).unwrap();
         // A tight in-sample fit still carries the held-out error.
@@ -279,6 +287,16 @@ mod tests {
         assert!((e.ttft - 1.0 / 0.6).abs() < 1e-12);
         // Narrower than the presets' own error: calibrating is what narrows the worst case.
         assert!(e.ttft < ErrorEdge::of(None).ttft);
+        // A what-if takes the wider band of configurations the fit never saw.
+        let mut w = fit(-0.01);
+        w.what_if = vec!["--max-num-seqs 2 (measured 8)".into()];
+        let e = ErrorEdge::of(Some(&w));
+        let what_if = CALIBRATED_WHAT_IF
+            .iter()
+            .find(|e| e.signal == "ttft")
+            .unwrap();
+        assert!((e.ttft - 1.0 / (1.0 + what_if.low)).abs() < 1e-12);
+        assert!(e.ttft > ErrorEdge::of(Some(&fit(-0.01))).ttft);
     }
 
     #[test]
