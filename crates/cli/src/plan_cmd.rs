@@ -386,12 +386,16 @@ struct Planned {
     exit: i32,
 }
 
-/// What a calibrated plan changes from the measured server `base`: each engine setting that
-/// differs, and contexts past the calibrated ones (`longer`). Empty: the measured configuration
-/// at other loads.
+/// What a calibrated plan changes from the measured server `base`: another card (by preset, or
+/// by the run's own dcgm-exporter, `measured_on`), a `--max-num-seqs` other than the
+/// `--measured-max-num-seqs`, contexts past the calibrated ones (`longer`). Empty: the measured
+/// configuration at other loads. `--dtype`, `--tp` and the other engine flags describe the
+/// measured server, so they are never a what-if.
 fn what_if(
+    a: &PlanArgs,
     base: &headroom_sim::EngineConfig,
     cfg: &headroom_sim::EngineConfig,
+    measured_on: Option<&str>,
     longer: bool,
 ) -> Vec<String> {
     let mut out = Vec::new();
@@ -401,37 +405,16 @@ fn what_if(
             cfg.gpu_name, base.gpu_name
         ));
     }
-    let settings: [(&str, String, String); 5] = [
-        (
-            "--dtype",
-            cfg.dtype.as_str().into(),
-            base.dtype.as_str().into(),
-        ),
-        (
-            "--tp",
-            cfg.tensor_parallel.to_string(),
-            base.tensor_parallel.to_string(),
-        ),
-        (
-            "--max-num-seqs",
-            cfg.max_num_seqs.to_string(),
-            base.max_num_seqs.to_string(),
-        ),
-        (
-            "--max-num-batched-tokens",
-            cfg.max_num_batched_tokens.to_string(),
-            base.max_num_batched_tokens.to_string(),
-        ),
-        (
-            "--max-model-len",
-            cfg.max_model_len.to_string(),
-            base.max_model_len.to_string(),
-        ),
-    ];
-    for (flag, planned, measured) in settings {
-        if planned != measured {
-            out.push(format!("{flag} {planned} (measured {measured})"));
-        }
+    if let Some(m) = measured_on {
+        out.push(format!("measured on the {m}"));
+    }
+    if let Some(m) = a.measured_max_num_seqs
+        && m != cfg.max_num_seqs
+    {
+        out.push(format!(
+            "--max-num-seqs {} (measured {m})",
+            cfg.max_num_seqs
+        ));
     }
     if longer {
         out.push("contexts past the calibrated ones".into());
@@ -460,7 +443,9 @@ async fn plan_one(
     let fit = p.calibration.as_ref().map(|c| {
         c.cal.apply(&c.base, &mut cfg);
         let mut b = c.cal.bounds(&cfg.gpu_name);
-        b.what_if = what_if(&c.base, &cfg, context.is_some());
+        b.what_if = what_if(a, &c.base, &cfg, c.other_gpu.as_deref(), context.is_some());
+        // A run measured on another card than --gpu's describes that card.
+        b.same_card &= c.other_gpu.is_none();
         b
     });
     let edge = ErrorEdge::of(fit.as_ref());
@@ -712,7 +697,7 @@ fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
     .to_vec();
     if peak.is_some() {
         head.push("replicas".into());
-        head.push("worst case".into());
+        head.push("worst-case replicas".into());
     }
     let mut rows = vec![head];
     for pl in planned {

@@ -76,9 +76,9 @@ pub const CALIBRATED_HELD_OUT: [SignalError; 3] = [
 /// Validated errors of a calibrated twin on configurations its fit never saw: the real vLLM of
 /// `scripts/vllm/` (0.32 on a 2-vCPU CPU) fitted to one sweep and read against a 512-token prompt
 /// class and `--max-num-seqs 2`, over the three recorded runs of `scripts/plan-calibration-check`
-/// (`crates/sim/CALIBRATION.md`; that reference's own run-to-run drift is of the same size). A
-/// plan that changes what was measured (another `--max-num-seqs`, card, dtype, parallelism, or
-/// contexts past the calibrated ones) takes it into its worst case.
+/// (`crates/sim/CALIBRATION.md`; that reference's own run-to-run drift is of the same size),
+/// rounded outward. A plan that changes what was measured (another `--max-num-seqs`, another
+/// card, contexts past the calibrated ones) takes it into its worst case.
 pub const CALIBRATED_WHAT_IF: [SignalError; 3] = [
     SignalError {
         signal: "itl",

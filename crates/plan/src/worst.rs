@@ -8,7 +8,9 @@
 //! the worst case. Relative errors are `twin / real − 1`, so a real figure is `twin / (1 + e)`
 //! and the largest real latency is `twin / (1 + low)`.
 
-use crate::bounds::{CALIBRATED_HELD_OUT, CALIBRATED_WHAT_IF, FitBounds, SIGNAL_ERRORS};
+use crate::bounds::{
+    CALIBRATED_HELD_OUT, CALIBRATED_WHAT_IF, FitBounds, SIGNAL_ERRORS, SignalError,
+};
 use headroom_core::LatencySignal;
 use headroom_core::Verdict;
 use headroom_core::objective::ObjectiveKind;
@@ -62,7 +64,8 @@ impl ErrorEdge {
     /// (in-sample) and what a calibrated twin was seen to miss where its fit never looked: other
     /// loads ([`CALIBRATED_HELD_OUT`]), or in a what-if ([`FitBounds::what_if`]) another
     /// configuration ([`CALIBRATED_WHAT_IF`]). Otherwise the presets' validated errors
-    /// ([`SIGNAL_ERRORS`]).
+    /// ([`SIGNAL_ERRORS`]). Constants carried to another card are validated by nothing of that
+    /// card, so there the presets' errors widen the edge too.
     pub fn of(fit: Option<&FitBounds>) -> Self {
         let Some(f) = fit else {
             return Self::from_errors(&[]);
@@ -72,14 +75,19 @@ impl ErrorEdge {
         } else {
             &CALIBRATED_WHAT_IF
         };
+        let presets: &[SignalError] = if f.same_card { &[] } else { &SIGNAL_ERRORS };
         let wider: Vec<(&str, f64, f64)> = held
             .iter()
             .map(|h| {
-                f.errors
+                let others = f
+                    .errors
                     .iter()
-                    .find(|e| e.0 == h.signal)
-                    .map_or((h.signal, h.low, h.high), |e| {
-                        (h.signal, e.1.min(h.low), e.2.max(h.high))
+                    .copied()
+                    .chain(presets.iter().map(|p| (p.signal, p.low, p.high)));
+                others
+                    .filter(|e| e.0 == h.signal)
+                    .fold((h.signal, h.low, h.high), |r, e| {
+                        (r.0, r.1.min(e.1), r.2.max(e.2))
                     })
             })
             .collect();
@@ -97,7 +105,8 @@ impl ErrorEdge {
             LatencySignal::E2e => {
                 let mean = |s: &str| level.latency.get(s).map_or(0.0, |l| l.mean_s);
                 let (ttft, e2e) = (mean("ttft"), mean("e2e"));
-                if e2e > 0.0 {
+                // Without both means the split is unknown: the larger factor, never the smaller.
+                if e2e > 0.0 && ttft > 0.0 {
                     let ttft = ttft.min(e2e);
                     (ttft * self.ttft + (e2e - ttft) * self.itl) / e2e
                 } else {
@@ -297,6 +306,12 @@ mod tests {
             .unwrap();
         assert!((e.ttft - 1.0 / (1.0 + what_if.low)).abs() < 1e-12);
         assert!(e.ttft > ErrorEdge::of(Some(&fit(-0.01))).ttft);
+        // Carried to another card, the edge is never narrower than the presets' own.
+        w.same_card = false;
+        let e = ErrorEdge::of(Some(&w));
+        let presets = ErrorEdge::of(None);
+        assert_eq!(e.ttft, presets.ttft);
+        assert!(e.itl >= presets.itl && e.throughput >= presets.throughput);
     }
 
     #[test]
