@@ -381,6 +381,8 @@ struct Planned {
     /// Where the twin's validated error (or the calibration's residuals) puts each figure at
     /// worst: the table's worst-case columns.
     edge: ErrorEdge,
+    /// Per phase of `result`, in its order: the capacity at that edge.
+    worst: Vec<WorstCase>,
     dir: PathBuf,
     result: RunResult,
     exit: i32,
@@ -445,7 +447,7 @@ async fn plan_one(
         let mut b = c.cal.bounds(&cfg.gpu_name);
         b.what_if = what_if(a, &c.base, &cfg, c.other_gpu.as_deref(), context.is_some());
         // A run measured on another card than --gpu's describes that card.
-        b.same_card &= c.other_gpu.is_none();
+        b.other_card |= c.other_gpu.is_some();
         b
     });
     let edge = ErrorEdge::of(fit.as_ref());
@@ -596,12 +598,16 @@ async fn plan_one(
     if let Some(e) = &log.error {
         bail!("could not write the run directory: {e}");
     }
+    let worst: Vec<WorstCase> = result
+        .phases
+        .iter()
+        .map(|ph| worst_case(ph, &edge))
+        .collect();
     let summary = serde_json::json!({
         "gpu": gpu,
         "model": a.model,
         "edge": {"ttft_factor": edge.ttft, "itl_factor": edge.itl, "throughput_divisor": edge.throughput},
-        "phases": result.phases.iter().map(|ph| {
-            let w = worst_case(ph, &edge);
+        "phases": result.phases.iter().zip(&worst).map(|(ph, w)| {
             serde_json::json!({
                 "name": ph.name,
                 "mode": ph.mode,
@@ -628,6 +634,7 @@ async fn plan_one(
         gpu: gpu.to_string(),
         caveats,
         edge,
+        worst,
         dir: dir.to_path_buf(),
         result,
         exit,
@@ -701,9 +708,8 @@ fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
     }
     let mut rows = vec![head];
     for pl in planned {
-        for p in &pl.result.phases {
+        for (p, w) in pl.result.phases.iter().zip(&pl.worst) {
             let l = capacity_level(p);
-            let w = worst_case(p, &pl.edge);
             let f = |v: Option<f64>, d: usize| v.map_or("–".to_string(), |v| format!("{v:.d$}"));
             let mut row = vec![
                 pl.gpu.clone(),
@@ -726,7 +732,7 @@ fn table(planned: &[Planned], peak: Option<Peak>, headroom: f64) -> String {
                 let want = match pk {
                     Peak::Rate(x) | Peak::Concurrency(x) => x,
                 };
-                for per in [per_replica(p, pk), per_replica_worst(p, &w, &pl.edge, pk)] {
+                for per in [per_replica(p, pk), per_replica_worst(p, w, &pl.edge, pk)] {
                     row.push(
                         per.and_then(|c| replicas(want, c, headroom))
                             .map_or("–".to_string(), |n| n.to_string()),

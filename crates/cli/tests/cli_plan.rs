@@ -287,8 +287,9 @@ fn calibrating_from_another_gpus_run_says_so() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for (gpu, expect) in [("l4", true), ("a10g", false)] {
-        let dst = dir.join(gpu);
+    // `plan --gpu GPU --calibrate-from src` into `dir/NAME` with `extra` flags: its stderr.
+    let calibrated = |gpu: &str, name: &str, extra: &[&str]| {
+        let dst = dir.join(name);
         let out = headroom(
             &[
                 &[
@@ -301,18 +302,25 @@ fn calibrating_from_another_gpus_run_says_so() {
                     dst.to_str().unwrap(),
                 ][..],
                 &quick[..],
+                extra,
             ]
             .concat(),
         );
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(out.status.success(), "{err}");
+        err
+    };
+    let json = |name: &str, file: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(name).join(file)).unwrap()).unwrap()
+    };
+    for (gpu, expect) in [("l4", true), ("a10g", false)] {
+        let err = calibrated(gpu, gpu, &[]);
         assert_eq!(
             err.contains("its dcgm-exporter names the GPU NVIDIA A10G"),
             expect,
             "{gpu}: {err}"
         );
-        let m: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dst.join("manifest.json")).unwrap()).unwrap();
+        let m = json(gpu, "manifest.json");
         let caveats = m["engine_config"]["plan"]["caveats"].to_string();
         assert_eq!(
             caveats.contains("describe the wrong card"),
@@ -322,38 +330,13 @@ fn calibrating_from_another_gpus_run_says_so() {
     }
     // On the measured card at other loads the worst case takes the held-out band; a what-if
     // (another --max-num-seqs) the wider band of configurations the fit never saw, and says so.
-    let summary = |name: &str, extra: &[&str]| {
-        let dst = dir.join(name);
-        let out = headroom(
-            &[
-                &[
-                    "plan",
-                    "--gpu",
-                    "a10g",
-                    "--calibrate-from",
-                    src.to_str().unwrap(),
-                    "--out",
-                    dst.to_str().unwrap(),
-                ][..],
-                &quick[..],
-                extra,
-            ]
-            .concat(),
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dst.join("plan.json")).unwrap()).unwrap();
-        v
-    };
-    let same = summary("same", &[]);
-    let what_if = summary(
+    let same = json("a10g", "plan.json");
+    calibrated(
+        "a10g",
         "what-if",
         &["--max-num-seqs", "8", "--measured-max-num-seqs", "256"],
     );
+    let what_if = json("what-if", "plan.json");
     assert!(
         same["caveats"]
             .to_string()

@@ -113,6 +113,10 @@ pub struct FitBounds {
     pub errors: Vec<(&'static str, f64, f64)>,
     /// The constants no measured figure constrained, each with why.
     pub unconstrained: Vec<String>,
+    /// Whether the fitted constants describe another card than the one planned: `!same_card`,
+    /// or a run whose own dcgm-exporter named another GPU than its `--gpu`. Nothing validates
+    /// them there, so the worst case never narrows below the presets' errors.
+    pub other_card: bool,
     /// What the plan changes from the measured server (`--max-num-seqs 2 (measured 8)`, …);
     /// empty when it plans the measured configuration at other loads.
     pub what_if: Vec<String>,

@@ -1418,6 +1418,7 @@ impl Calibration {
                         .map(|n| format!("{} (kept at {}): {n}", c.param.name(), sig3(c.fitted)))
                 })
                 .collect(),
+            other_card: planned_gpu != self.base_gpu,
             what_if: Vec::new(),
         }
     }

@@ -75,7 +75,7 @@ impl ErrorEdge {
         } else {
             &CALIBRATED_WHAT_IF
         };
-        let presets: &[SignalError] = if f.same_card { &[] } else { &SIGNAL_ERRORS };
+        let presets: &[SignalError] = if f.other_card { &SIGNAL_ERRORS } else { &[] };
         let wider: Vec<(&str, f64, f64)> = held
             .iter()
             .map(|h| {
@@ -283,6 +283,7 @@ mod tests {
             same_card: true,
             errors: vec![("ttft", ttft_low, 0.0), ("itl", -0.01, 0.01)],
             unconstrained: Vec::new(),
+            other_card: false,
             what_if: Vec::new(),
         };
         let held = |s: &str| CALIBRATED_HELD_OUT.iter().find(|e| e.signal == s).unwrap();
@@ -307,7 +308,7 @@ mod tests {
         assert!((e.ttft - 1.0 / (1.0 + what_if.low)).abs() < 1e-12);
         assert!(e.ttft > ErrorEdge::of(Some(&fit(-0.01))).ttft);
         // Carried to another card, the edge is never narrower than the presets' own.
-        w.same_card = false;
+        w.other_card = true;
         let e = ErrorEdge::of(Some(&w));
         let presets = ErrorEdge::of(None);
         assert_eq!(e.ttft, presets.ttft);
