@@ -885,7 +885,7 @@ pub async fn run(a: PlanArgs, argv: Vec<String>) -> Result<i32> {
             .map(|pl| pl.gpu.as_str())
             .collect();
         println!(
-            "Worst case{}: the highest level planned that still meets every objective with each figure at the pessimistic edge of the twin's error below ({}); a lower bound up to the next level planned.",
+            "Worst case{}: the highest level planned that still meets every objective if the twin (Headroom's engine simulation) is as wrong as the errors listed below allow ({}); the real worst case lies between it and the next level planned.",
             if edges.len() > 1 {
                 format!(" ({})", whose.join(", "))
             } else {
