@@ -466,6 +466,11 @@ async fn plan_one(
     if let Some(c) = context {
         caveats.push(c);
     }
+    if let Some(c) =
+        headroom_plan::bounds::identical_requests_caveat(&p.plans, p.workload.spec.load.mode)
+    {
+        caveats.push(c);
+    }
     let warnings = p
         .workload
         .check_context(u64::from(cfg.max_model_len))

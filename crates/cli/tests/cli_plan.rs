@@ -394,3 +394,56 @@ fn an_input_file_that_is_a_fifo_or_a_device_is_refused_at_once() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_closed_loop_of_identical_requests_carries_the_lock_step_caveat_and_ranged_lengths_do_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, prompt, out) in [
+        ("fixed", "{fixed: 256}", "{fixed: 64}"),
+        (
+            "ranged",
+            "{uniform: {min: 192, max: 320}}",
+            "{uniform: {min: 48, max: 80}}",
+        ),
+    ] {
+        let w = tmp.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &w,
+            format!(
+                "load: {{mode: concurrency}}\nclasses:\n  - name: {name}\n    endpoint: completions\n    \
+                 prompt_tokens: {prompt}\n    max_tokens: {out}\n    ignore_eos: true\n"
+            ),
+        )
+        .unwrap();
+        let dir = tmp.path().join(name);
+        let o = headroom(&[
+            "plan",
+            "--workload",
+            w.to_str().unwrap(),
+            "--levels",
+            "1,4",
+            "--warmup",
+            "2",
+            "--measure",
+            "10",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("plan.json")).unwrap()).unwrap();
+        let caveats = summary["caveats"].to_string();
+        let said = text.contains("identical requests (fixed prompt");
+        assert_eq!(
+            said,
+            caveats.contains("identical requests (fixed prompt"),
+            "{summary}"
+        );
+        assert_eq!(said, name == "fixed", "{name}: {text}");
+    }
+}

@@ -2,9 +2,13 @@
 //! the configuration planned, as sentences a capacity review can quote.
 //!
 //! A plan's capacity band ([`headroom_core::run::CapacityBand`]) is sampling noise only; the
-//! model's own error is what these caveats state. They are derived from the configuration, never
-//! from the plan's results, so the same GPU, dtype and parallelism always carry the same ones.
+//! model's own error is what these caveats state. They are derived from the configuration (and,
+//! for identical requests, the workload), never from the plan's results, so the same GPU, dtype
+//! and parallelism always carry the same ones.
 
+use headroom_core::run::LoadMode;
+use headroom_load::prompt::{ClassPlan, PromptSource};
+use headroom_load::workload::LengthDist;
 use headroom_sim::EngineConfig;
 use headroom_sim::engine::{Interconnect, WeightDtype};
 
@@ -74,29 +78,33 @@ pub const CALIBRATED_HELD_OUT: [SignalError; 3] = [
 ];
 
 /// Validated errors of a calibrated twin on configurations its fit never saw: the real vLLM of
-/// `scripts/vllm/` (0.32 on a 2-vCPU CPU) fitted to one sweep and read against a 512-token prompt
-/// class and `--max-num-seqs 2`, over the three recorded runs of `scripts/plan-calibration-check`
-/// (`crates/sim/CALIBRATION.md`; that reference's own run-to-run drift is of the same size),
-/// rounded outward. A plan that changes what was measured (another `--max-num-seqs`, another
-/// card, contexts past the calibrated ones) takes it into its worst case.
+/// `scripts/vllm/` (0.32 on a 2-vCPU CPU) fitted to one sweep and read against a longer prompt
+/// class and `--max-num-seqs 2`, the widest over the six recorded runs of
+/// `scripts/plan-calibration-check` (`crates/sim/CALIBRATION.md`), rounded outward. Three runs
+/// sent identical fixed-length requests, whose closed-loop users lock into groups (TTFT −39 …
+/// +55 %); of the three with ranged lengths, two read within ±15 %, the size of that reference's
+/// own drift, and one read up to +51 % (twin slow) where the restarted server decoded 23 % faster
+/// than the calibrated one. The band keeps the widest, so it covers a plan of identical requests
+/// and a server that moves as much. A plan that changes what was measured (another
+/// `--max-num-seqs`, another card, contexts past the calibrated ones) takes it into its worst case.
 pub const CALIBRATED_WHAT_IF: [SignalError; 3] = [
     SignalError {
         signal: "itl",
         low: -0.20,
-        high: 0.33,
-        source: "real vLLM on CPU, 512-token prompts and --max-num-seqs 2 held out, 3 runs: −19 … +33 %",
+        high: 0.52,
+        source: "real vLLM on CPU, longer prompts and --max-num-seqs 2 held out, 6 runs: −19 … +51 % (ranged lengths: ±15 % in 2 runs, +51 % where the restarted server drifted 23 %)",
     },
     SignalError {
         signal: "ttft",
         low: -0.40,
         high: 0.55,
-        source: "real vLLM on CPU, 512-token prompts and --max-num-seqs 2 held out, 3 runs: −39 … +55 %",
+        source: "real vLLM on CPU, longer prompts and --max-num-seqs 2 held out, 6 runs: −39 … +55 % (identical fixed-length requests; ranged lengths: ±15 % in 2 runs, +45 % where the restarted server drifted 23 %)",
     },
     SignalError {
         signal: "throughput",
-        low: -0.24,
+        low: -0.32,
         high: 0.31,
-        source: "real vLLM on CPU, 512-token prompts and --max-num-seqs 2 held out, 3 runs: −24 … +31 %",
+        source: "real vLLM on CPU, longer prompts and --max-num-seqs 2 held out, 6 runs: −31 … +31 % (ranged lengths: ±15 % in 2 runs, −31 % where the restarted server drifted 23 %)",
     },
 ];
 
@@ -120,6 +128,36 @@ pub struct FitBounds {
     /// What the plan changes from the measured server (`--max-num-seqs 2 (measured 8)`, …);
     /// empty when it plans the measured configuration at other loads.
     pub what_if: Vec<String>,
+}
+
+/// The caveat of a closed-loop plan whose every request of some class is identical (fixed prompt
+/// and output lengths, `ignore_eos`), or `None`. Users of identical requests that prefill in one
+/// step finish in one step and return together, so they lock into groups on a real server and on
+/// the twin alike; TTFT at moderate concurrency then depends on whether a window forms the groups.
+/// Measured: the real-vLLM check's fixed-length runs (`crates/sim/CALIBRATION.md`).
+pub fn identical_requests_caveat(plans: &[ClassPlan], mode: LoadMode) -> Option<String> {
+    if mode != LoadMode::Concurrency {
+        return None;
+    }
+    let names: Vec<&str> = plans
+        .iter()
+        .filter(|p| {
+            p.ignore_eos
+                && matches!(p.prompt, PromptSource::Synthetic(LengthDist::Fixed(_)))
+                && matches!(p.max_tokens, LengthDist::Fixed(_))
+        })
+        .map(|p| p.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} identical requests (fixed prompt and output lengths, ignore_eos) in a closed loop: users whose prompts share a step finish together and return together, so on a real server and on the twin they lock into groups that prefill at once, and TTFT at moderate concurrency depends on whether a window forms them (a calibrated twin read −39 … +55 % on such runs, against ±15 % with lengths drawn from ranges where the reference held still; CALIBRATION.md). Production traffic has ranges: give prompt_tokens and max_tokens a distribution to plan for it",
+        match names.as_slice() {
+            [one] => format!("class {one} sends"),
+            many => format!("classes {} send", many.join(", ")),
+        }
+    ))
 }
 
 /// Caveats of planning `cfg`: estimated constants, a precision or parallelism checked only in
@@ -283,6 +321,41 @@ mod tests {
                 .iter()
                 .any(|l| l.starts_with("--frontend-cpu-queue"))
         );
+    }
+
+    #[test]
+    fn only_a_closed_loop_of_identical_requests_carries_the_lock_step_caveat() {
+        let plans = |prompt: &str, out: &str, ignore_eos: bool| {
+            let w = format!(
+                "load: {{mode: concurrency}}\nclasses:\n  - name: c\n    endpoint: completions\n    prompt_tokens: {prompt}\n    \
+                 max_tokens: {out}\n    ignore_eos: {ignore_eos}\n"
+            );
+            let w = headroom_load::workload::Workload::parse(
+                &w,
+                std::path::Path::new("w.yaml"),
+                std::path::Path::new("."),
+            )
+            .unwrap();
+            ClassPlan::from_workload(&w, None).unwrap()
+        };
+        let fixed = plans("{fixed: 128}", "{fixed: 64}", true);
+        let c = identical_requests_caveat(&fixed, LoadMode::Concurrency).unwrap();
+        assert!(c.starts_with("class c sends identical requests"), "{c}");
+        // Open loop: arrivals do not follow completions, so nothing locks.
+        assert_eq!(identical_requests_caveat(&fixed, LoadMode::Rate), None);
+        for (prompt, out, eos) in [
+            ("{uniform: {min: 96, max: 160}}", "{fixed: 64}", true),
+            ("{fixed: 128}", "{uniform: {min: 48, max: 80}}", true),
+            // Without ignore_eos the outputs end where the model stops.
+            ("{fixed: 128}", "{fixed: 64}", false),
+        ] {
+            let p = plans(prompt, out, eos);
+            assert_eq!(
+                identical_requests_caveat(&p, LoadMode::Concurrency),
+                None,
+                "{prompt} {out} {eos}"
+            );
+        }
     }
 
     #[test]
