@@ -37,10 +37,22 @@ def lat(level, signal, field):
     return s[field] * 1e3, s["count"]
 
 
+class Usage(Exception):
+    """A bad argument or an unreadable run directory: printed as one line, exit 64."""
+
+
 def levels(run_dir):
-    with open(f"{run_dir}/results.json") as f:
-        r = json.load(f)
-    return {(p["name"], l["load"]): l for p in r["phases"] for l in p["levels"]}
+    path = f"{run_dir}/results.json"
+    try:
+        with open(path, "rb") as f:
+            r = json.loads(f.read().decode("utf-8"))
+        return {(p["name"], float(l["load"])): l for p in r["phases"] for l in p["levels"]}
+    except OSError as e:
+        raise Usage(f"{path}: {e.strerror or e}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise Usage(f"{path}: not a results.json ({e})")
+    except (KeyError, TypeError, ValueError) as e:
+        raise Usage(f"{path}: not a results.json (no phases[].levels[] with name and load: {e!r})")
 
 
 def pairs(a, b, loads=None):
@@ -60,10 +72,12 @@ def drift(specs):
     out = {}
     for spec in specs:
         parts = spec.split(":")
-        loads = {float(v) for v in parts[2].split(",")} if len(parts) > 2 else None
+        loads = {number("--drift", v) for v in parts[2].split(",")} if len(parts) > 2 else None
+        if len(parts) < 2:
+            raise Usage(f"--drift {spec}: expected RUN_A:RUN_B[:LOADS]")
         try:
             a, b = levels(parts[0]), levels(parts[1])
-        except OSError as e:
+        except Usage as e:
             print(f"  drift replicate {spec} not read ({e}); judged without it")
             continue
         for _, name, x, y in pairs(a, b, loads):
@@ -75,6 +89,8 @@ def take(args, flag, many=False):
     vals = []
     while flag in args:
         i = args.index(flag)
+        if i + 1 >= len(args):
+            raise Usage(f"{flag}: expected a value")
         vals.append(args[i + 1])
         del args[i : i + 2]
         if not many:
@@ -82,16 +98,33 @@ def take(args, flag, many=False):
     return vals if many else (vals[0] if vals else None)
 
 
+def number(flag, text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise Usage(f"{flag} {text}: expected a number")
+    if not v >= 0:
+        raise Usage(f"{flag} {text}: expected a number of at least 0")
+    return v
+
+
 def main():
     args = sys.argv[1:]
-    within = float(take(args, "--within") or 0.20)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        sys.exit(0 if args else 64)
+    within = number("--within", take(args, "--within") or "0.20")
     loads = take(args, "--loads")
-    loads = None if loads is None else {float(v) for v in loads.split(",")}
+    loads = None if loads is None else {number("--loads", v) for v in loads.split(",")}
     noise = drift(take(args, "--drift", many=True))
+    if len(args) != 3:
+        raise Usage(f"expected LABEL PLAN_RUN_DIR MEASURED_RUN_DIR, got {len(args)} argument(s): {args}")
     label, plan_dir, real_dir = args
     plan, real = levels(plan_dir), levels(real_dir)
     if loads is not None:
         real = {k: v for k, v in real.items() if k[1] in loads and k in plan}
+    if not real:
+        raise Usage(f"no level of {real_dir} to compare" + (f" at --loads {sorted(loads)}" if loads else ""))
     worst, bad, unsure = 0.0, [], []
     print(f"{label}: planned ({plan_dir}) against measured ({real_dir})")
     if noise:
@@ -131,4 +164,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Usage as e:
+        print(f"compare.py: {e}", file=sys.stderr)
+        sys.exit(64)

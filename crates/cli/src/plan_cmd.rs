@@ -228,6 +228,12 @@ fn parse_peak(v: &str) -> Result<Peak> {
     if !(x.is_finite() && x > 0.0) {
         bail!("--peak {v}: expected a finite load above 0");
     }
+    if x > MAX_PEAK {
+        bail!(
+            "--peak {v}: at most {} (requests per second or concurrent); a larger fleet is several plans",
+            fmt_num(MAX_PEAK)
+        );
+    }
     Ok(if rate {
         Peak::Rate(x)
     } else {
@@ -235,6 +241,11 @@ fn parse_peak(v: &str) -> Result<Peak> {
     })
 }
 
+/// Shortest `--measure` a plan accepts.
+const MIN_PLAN_WINDOW: Duration = Duration::from_secs(1);
+/// Largest `--peak`: ten million requests per second or concurrent, so replica counts stay
+/// exact integers.
+const MAX_PEAK: f64 = 1e7;
 /// Highest closed-loop concurrency a plan simulates: every user's request waits in the twin's
 /// memory, and no preset serves more than a few thousand at once.
 const MAX_PLAN_CONCURRENCY: f64 = 65_536.0;
@@ -303,6 +314,13 @@ fn prepare(a: &PlanArgs) -> Result<Prepared> {
         })?;
     let warmup = flag_window("--warmup", a.warmup.as_secs_f64(), true)?;
     let measure = flag_window("--measure", a.measure.as_secs_f64(), false)?;
+    if measure < MIN_PLAN_WINDOW {
+        bail!(
+            "--measure {}: at least {} s; simulated time is cheap, and a shorter window leaves every level without the samples a verdict needs",
+            a.measure.as_secs_f64(),
+            MIN_PLAN_WINDOW.as_secs()
+        );
+    }
     // The twin counts one token per word: the plans' words are exact token counts.
     let plans = ClassPlan::from_workload(&workload, None)?;
     let plan = LevelPlan::resolve(

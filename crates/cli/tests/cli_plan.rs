@@ -172,6 +172,14 @@ fn bad_plan_input_names_the_flag() {
         (vec!["plan", "--peak", "lots"], "--peak"),
         (vec!["plan", "--headroom", "120%"], "--headroom"),
         (vec!["plan", "--class", "nope"], "--class nope"),
+        (
+            vec!["plan", "--peak", "1e30req/s"],
+            "--peak 1e30req/s: at most",
+        ),
+        (
+            vec!["plan", "--measure", "1ms"],
+            "--measure 0.001: at least 1 s",
+        ),
     ] {
         let out = headroom(&args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -445,5 +453,53 @@ fn a_closed_loop_of_identical_requests_carries_the_lock_step_caveat_and_ranged_l
             "{summary}"
         );
         assert_eq!(said, name == "fixed", "{name}: {text}");
+    }
+}
+
+#[test]
+fn an_open_loop_rate_far_beyond_the_engine_stops_at_once_without_a_verdict() {
+    // 100,000 req/s (the most a plan accepts) against one A10G: every simulated second adds
+    // ~100,000 waiting requests, each holding its prompt. Short and long prompts alike, the
+    // level stops within a second of simulated time instead of growing for minutes.
+    let tmp = tempfile::tempdir().unwrap();
+    for prompt in [10, 8000] {
+        let w = tmp.path().join(format!("rate{prompt}.yaml"));
+        std::fs::write(
+            &w,
+            format!(
+                "load: {{mode: rate}}\nclasses:\n  - name: c\n    endpoint: chat\n    \
+                 prompt_tokens: {{fixed: {prompt}}}\n    max_tokens: {{fixed: 10}}\n"
+            ),
+        )
+        .unwrap();
+        let dir = tmp.path().join(format!("out{prompt}"));
+        let started = std::time::Instant::now();
+        let o = headroom(&[
+            "plan",
+            "--workload",
+            w.to_str().unwrap(),
+            "--levels",
+            "100000",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(o.status.code(), Some(1), "{text}");
+        assert!(
+            text.contains("requests were in flight or waiting to be sent")
+                && text.contains("no verdict"),
+            "{text}"
+        );
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "{prompt}: {:?}",
+            started.elapsed()
+        );
+        let r = results(&dir);
+        assert_eq!(r["phases"][0]["capacity"], serde_json::Value::Null, "{r}");
     }
 }

@@ -34,6 +34,19 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
 
+/// Most requests an open-loop level may hold in flight or waiting to be sent (under the
+/// workload's `max_concurrency`) before it stops without a verdict. A rate that outruns the
+/// engine grows this by the excess every simulated second, and every request holds its prompt;
+/// the HTTP client is bounded the same way by its open-file limit. 65,536 is past any level a
+/// twin serves near its capacity (a 2× overload of 500 req/s reaches ~30,000 over a minute's
+/// warm-up before the window's first check fails it).
+pub const OPEN_LOOP_MAX_OUTSTANDING: usize = 65_536;
+/// Most prompt tokens those requests may hold together (~5 bytes each in the twin): long
+/// prompts lower [`OPEN_LOOP_MAX_OUTSTANDING`] to this over the longest prompt drawn.
+pub const OPEN_LOOP_MAX_PROMPT_TOKENS: usize = 1 << 25;
+/// The fewest requests the prompt-token bound lowers the cap to.
+pub const OPEN_LOOP_MIN_OUTSTANDING: usize = 1_024;
+
 /// Source name of the rendered engine scrapes (what the run directory's server view cites).
 pub const ENGINE_SOURCE: &str = "twin (virtual clock) /metrics";
 /// Source name of the rendered dcgm-exporter scrapes.
@@ -317,6 +330,7 @@ impl<'a> Level<'a> {
         let mut next_arrival = f64::INFINITY;
         let mut cap = usize::MAX;
         let mut queued: VecDeque<(f64, DrawnRequest)> = VecDeque::new();
+        let mut outstanding_cap = OPEN_LOOP_MAX_OUTSTANDING;
         match self.req.mode {
             LevelMode::Concurrency(c) => {
                 let c = c.max(1) as usize;
@@ -408,7 +422,16 @@ impl<'a> Level<'a> {
                     }
                 }
                 while next_arrival <= t {
+                    if self.flights.len() + queued.len() >= outstanding_cap {
+                        break;
+                    }
                     if let Some(d) = self.draw() {
+                        outstanding_cap = outstanding_cap
+                            .min(
+                                OPEN_LOOP_MAX_PROMPT_TOKENS
+                                    / d.requested_prompt_tokens.max(1) as usize,
+                            )
+                            .max(OPEN_LOOP_MIN_OUTSTANDING);
                         queued.push_back((next_arrival, d));
                     }
                     next_arrival = match arrivals.as_mut() {
@@ -421,6 +444,18 @@ impl<'a> Level<'a> {
                 {
                     self.send(t, intended, None, &d);
                 }
+            }
+            if next_arrival <= t && self.flights.len() + queued.len() >= outstanding_cap {
+                self.rec.aborted = Some(format!(
+                    "{} requests were in flight or waiting to be sent after {:.1} s of simulated time at {} req/s offered: the engine serves a small share of that rate, and no HTTP client holds that many streams (it is bounded by its open-file limit), so the level has no verdict; its capacity lies below this load",
+                    self.flights.len() + queued.len(),
+                    t,
+                    headroom_core::slo::fmt_num(match self.req.mode {
+                        LevelMode::Rate { rate_per_s, .. } => rate_per_s,
+                        LevelMode::Concurrency(c) => f64::from(c),
+                    }),
+                ));
+                break;
             }
             if steps >= self.twin.max_steps {
                 self.rec.aborted = Some(format!(
