@@ -36,11 +36,12 @@ use std::time::Duration;
 
 /// Most requests an open-loop level may hold in flight or waiting to be sent (under the
 /// workload's `max_concurrency`) before it stops without a verdict. A rate that outruns the
-/// engine grows this by the excess every simulated second, and every request holds its prompt;
-/// the HTTP client is bounded the same way by its open-file limit. 65,536 is past any level a
-/// twin serves near its capacity (a 2× overload of 500 req/s reaches ~30,000 over a minute's
-/// warm-up before the window's first check fails it).
-pub const OPEN_LOOP_MAX_OUTSTANDING: usize = 65_536;
+/// engine grows this by the excess every simulated second, and every request holds its prompt
+/// (~1 KB with a short one); the HTTP client is bounded the same way by its open-file limit.
+/// The first level an automatic search finds failing offers at most twice the capacity, and its
+/// window's first samples (the requests queued behind the warm-up's backlog) arrive when about
+/// 120 s × the capacity are outstanding: below this bound up to ~2,000 req/s of capacity.
+pub const OPEN_LOOP_MAX_OUTSTANDING: usize = 1 << 18;
 /// Most prompt tokens those requests may hold together (~5 bytes each in the twin): long
 /// prompts lower [`OPEN_LOOP_MAX_OUTSTANDING`] to this over the longest prompt drawn.
 pub const OPEN_LOOP_MAX_PROMPT_TOKENS: usize = 1 << 25;
@@ -236,7 +237,19 @@ impl<'a> Level<'a> {
     /// Sends `d` at `t` (intended at `intended`), for `user` in a closed loop. A request the
     /// server's validation refuses (a prompt beyond the context window) ends at once with its
     /// HTTP status, as over HTTP; the result says whether the engine took it.
-    fn send(&mut self, t: f64, intended: f64, user: Option<usize>, d: &DrawnRequest) -> bool {
+    ///
+    /// `lag_s` is the client's own delay: the time a request waited for a slot under the
+    /// workload's `max_concurrency`. The clock jumps from engine step to engine step, so a
+    /// request due during a step is handed over when the step ends; that wait is the engine's
+    /// (vLLM schedules it no sooner than the next step), not the client's, and is no lag.
+    fn send(
+        &mut self,
+        t: f64,
+        intended: f64,
+        lag_s: f64,
+        user: Option<usize>,
+        d: &DrawnRequest,
+    ) -> bool {
         let in_window = intended >= self.warmup_s;
         if in_window {
             self.rec.started += 1;
@@ -248,7 +261,7 @@ impl<'a> Level<'a> {
             class: d.class,
             user,
             start_s: intended,
-            send_lag_s: t - intended,
+            send_lag_s: lag_s,
             in_window,
             chunks_ns: Vec::new(),
             prompt_tokens: 0,
@@ -329,7 +342,8 @@ impl<'a> Level<'a> {
         let mut arrivals: Option<ArrivalSchedule> = None;
         let mut next_arrival = f64::INFINITY;
         let mut cap = usize::MAX;
-        let mut queued: VecDeque<(f64, DrawnRequest)> = VecDeque::new();
+        // (intended send time, when the loop first saw it due, request).
+        let mut queued: VecDeque<(f64, f64, DrawnRequest)> = VecDeque::new();
         let mut outstanding_cap = OPEN_LOOP_MAX_OUTSTANDING;
         match self.req.mode {
             LevelMode::Concurrency(c) => {
@@ -381,7 +395,7 @@ impl<'a> Level<'a> {
                         .min(opts.drain_max.as_secs_f64());
                     drain_deadline = t + drain;
                     // Requests that never got a slot under the cap were never sent.
-                    for (intended, d) in std::mem::take(&mut queued) {
+                    for (intended, _, d) in std::mem::take(&mut queued) {
                         self.unsent(intended, t, &d);
                     }
                 }
@@ -416,7 +430,7 @@ impl<'a> Level<'a> {
                         let share: f64 = rand::RngExt::random(rng);
                         d.max_tokens = ((f64::from(d.max_tokens) * share).ceil() as u32).max(1);
                     }
-                    if !self.send(t, at, Some(user), &d) {
+                    if !self.send(t, at, 0.0, Some(user), &d) {
                         // Refused at once: the user sends its next request a moment later.
                         ready.push(Reverse(((t + 1e-3).to_bits(), user)));
                     }
@@ -432,7 +446,7 @@ impl<'a> Level<'a> {
                                     / d.requested_prompt_tokens.max(1) as usize,
                             )
                             .max(OPEN_LOOP_MIN_OUTSTANDING);
-                        queued.push_back((next_arrival, d));
+                        queued.push_back((next_arrival, t, d));
                     }
                     next_arrival = match arrivals.as_mut() {
                         Some(s) => next_arrival + s.next_gap_s(),
@@ -440,9 +454,9 @@ impl<'a> Level<'a> {
                     };
                 }
                 while self.flights.len() < cap
-                    && let Some((intended, d)) = queued.pop_front()
+                    && let Some((intended, seen, d)) = queued.pop_front()
                 {
-                    self.send(t, intended, None, &d);
+                    self.send(t, intended, t - seen, None, &d);
                 }
             }
             if next_arrival <= t && self.flights.len() + queued.len() >= outstanding_cap {
