@@ -446,6 +446,8 @@ fn a_closed_loop_of_identical_requests_carries_the_lock_step_caveat_and_ranged_l
         let summary: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("plan.json")).unwrap()).unwrap();
         let caveats = summary["caveats"].to_string();
+        // Contexts of at most 320 + 80 tokens: the 32k-context caveat is not this plan's.
+        assert!(!caveats.contains("max_model_len"), "{caveats}");
         let said = text.contains("identical requests (fixed prompt");
         assert_eq!(
             said,
