@@ -160,11 +160,7 @@ impl Progress for Bars {
             );
             std::thread::spawn(move || {
                 heartbeat(&beat, HEARTBEAT, |t| {
-                    eprintln!(
-                        "  {what}: running, {:.0} s of ~{:.0} s",
-                        t.as_secs_f64(),
-                        expected.as_secs_f64()
-                    );
+                    eprintln!("{}", heartbeat_line(&what, t, expected));
                 });
             });
         }
@@ -911,6 +907,19 @@ pub(crate) fn push_client(url: Option<&str>) -> Result<Option<RemoteWriteClient>
 }
 
 /// `--warmup` / `--measure` in seconds, checked as the workload's `warmup` / `measure` are.
+/// The plain heartbeat of a level `t` into a run of about `planned` (warm-up and window).
+fn heartbeat_line(what: &str, t: Duration, planned: Duration) -> String {
+    let (t, planned) = (t.as_secs_f64(), planned.as_secs_f64());
+    if t <= planned {
+        format!("  {what}: running, {t:.0} s of ~{planned:.0} s")
+    } else {
+        // The window is extended while an objective still lacks samples.
+        format!(
+            "  {what}: running, {t:.0} s (the window is extended past the ~{planned:.0} s planned until its objectives have the samples a verdict needs)"
+        )
+    }
+}
+
 pub(crate) fn flag_window(flag: &str, secs: f64, allow_zero: bool) -> Result<Duration> {
     window_from_secs(secs, allow_zero).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
@@ -1150,6 +1159,25 @@ mod flag_tests {
     /// Without `--seed` and without `seed:` in the workload, every run draws its own seed and
     /// records it, so a rerun does not replay prompts the engine's prefix cache still holds; a
     /// given `--seed` is used as is.
+    #[test]
+    fn the_heartbeat_says_when_the_window_runs_past_its_plan() {
+        let l = |t| {
+            super::heartbeat_line(
+                "c: 8 concurrent",
+                std::time::Duration::from_secs(t),
+                std::time::Duration::from_secs(6),
+            )
+        };
+        assert_eq!(l(4), "  c: 8 concurrent: running, 4 s of ~6 s");
+        assert!(
+            l(20).starts_with(
+                "  c: 8 concurrent: running, 20 s (the window is extended past the ~6 s planned"
+            ),
+            "{}",
+            l(20)
+        );
+    }
+
     #[test]
     fn a_run_without_a_seed_draws_its_own_and_records_it() {
         let dir = tempfile::tempdir().unwrap();
