@@ -138,7 +138,7 @@ fn calibrate(a: &PlanArgs) -> Result<Option<Calibrated>> {
     spec.max_num_seqs = a.measured_max_num_seqs.or(a.max_num_seqs);
     let base = spec
         .resolve()
-        .map_err(|e| anyhow::anyhow!("--gpu {} --model {}: {e}", a.gpu, a.model))?;
+        .map_err(|e| anyhow::anyhow!("--gpu {} --model {}: {}", a.gpu, a.model, with_flags(&e)))?;
     let data = headroom_plan::calibrate::read_run(dir)
         .map_err(|e| anyhow::anyhow!("--calibrate-from: {e}"))?;
     eprintln!(
@@ -458,6 +458,24 @@ fn longest_context(plans: &[ClassPlan]) -> Option<u64> {
         .try_fold(0, |m, l| Some(m.max(l?)))
 }
 
+/// A configuration error with the flag that sets each field it names (`tensor_parallel` is
+/// `--tp`), so the message points at what to change on this command line.
+fn with_flags(e: &dyn std::fmt::Display) -> String {
+    const FLAGS: [(&str, &str); 6] = [
+        ("tensor_parallel", "--tp"),
+        ("max_num_seqs", "--max-num-seqs"),
+        ("max_num_batched_tokens", "--max-num-batched-tokens"),
+        ("gpu_memory_utilization", "--gpu-memory-utilization"),
+        ("max_model_len", "--max-model-len"),
+        ("dtype", "--dtype"),
+    ];
+    let mut m = e.to_string();
+    for (field, flag) in FLAGS {
+        m = m.replace(&format!("`{field}`"), &format!("`{field}` ({flag})"));
+    }
+    m
+}
+
 /// Plans one GPU into `dir`.
 async fn plan_one(
     a: &PlanArgs,
@@ -471,7 +489,7 @@ async fn plan_one(
     let spec = twin_spec(a, gpu);
     let mut cfg = spec
         .resolve()
-        .map_err(|e| anyhow::anyhow!("--gpu {gpu} --model {}: {e}", a.model))?;
+        .map_err(|e| anyhow::anyhow!("--gpu {gpu} --model {}: {}", a.model, with_flags(&e)))?;
     let context = p
         .calibration
         .as_ref()
@@ -831,9 +849,9 @@ pub async fn run(a: PlanArgs, argv: Vec<String>) -> Result<i32> {
     };
     let mut seen: Vec<(String, &str)> = Vec::new();
     for gpu in &gpus {
-        let cfg = twin_spec(&a, gpu)
-            .resolve()
-            .map_err(|e| anyhow::anyhow!("{flag} `{gpu}` (--model {}): {e}", a.model))?;
+        let cfg = twin_spec(&a, gpu).resolve().map_err(|e| {
+            anyhow::anyhow!("{flag} `{gpu}` (--model {}): {}", a.model, with_flags(&e))
+        })?;
         if let Some((_, first)) = seen.iter().find(|(n, _)| *n == cfg.gpu_name) {
             bail!(
                 "{flag}: `{gpu}` and `{first}` are the same GPU preset ({}); name each once",

@@ -180,6 +180,11 @@ fn bad_plan_input_names_the_flag() {
             vec!["plan", "--measure", "1ms"],
             "--measure 0.001: at least 1 s",
         ),
+        (vec!["plan", "--tp", "3"], "`tensor_parallel` (--tp)"),
+        (
+            vec!["plan", "--max-num-seqs", "0"],
+            "`max_num_seqs` (--max-num-seqs)",
+        ),
     ] {
         let out = headroom(&args);
         let err = String::from_utf8_lossy(&out.stderr);
