@@ -913,9 +913,10 @@ fn heartbeat_line(what: &str, t: Duration, planned: Duration) -> String {
     if t <= planned {
         format!("  {what}: running, {t:.0} s of ~{planned:.0} s")
     } else {
-        // The window is extended while an objective still lacks samples.
+        // Past the warm-up and window: the window extended while an objective lacks samples,
+        // or the drain of the requests still in flight when it closed.
         format!(
-            "  {what}: running, {t:.0} s (the window is extended past the ~{planned:.0} s planned until its objectives have the samples a verdict needs)"
+            "  {what}: running, {t:.0} s (past the ~{planned:.0} s of warm-up and window planned: the window is extended while an objective lacks samples, then requests in flight drain)"
         )
     }
 }
@@ -1171,7 +1172,7 @@ mod flag_tests {
         assert_eq!(l(4), "  c: 8 concurrent: running, 4 s of ~6 s");
         assert!(
             l(20).starts_with(
-                "  c: 8 concurrent: running, 20 s (the window is extended past the ~6 s planned"
+                "  c: 8 concurrent: running, 20 s (past the ~6 s of warm-up and window planned"
             ),
             "{}",
             l(20)
