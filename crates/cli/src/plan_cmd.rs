@@ -12,7 +12,7 @@ use clap::Args;
 use headroom_core::run::{LevelResult, LoadMode, Manifest, PhaseResult, RunResult};
 use headroom_core::slo::{SloFile, fmt_num, parse_ratio};
 use headroom_load::client::{CancellationFlag, Target};
-use headroom_load::prompt::{ClassPlan, PromptSource};
+use headroom_load::prompt::ClassPlan;
 use headroom_load::workload::{Levels, Workload, check_level};
 use headroom_plan::twin::TwinLevels;
 use headroom_plan::worst::{ErrorEdge, WorstCase, worst_case};
@@ -442,22 +442,6 @@ fn what_if(
     out
 }
 
-/// The longest context (prompt with its shared prefix, plus `max_tokens`) any request of `plans`
-/// can reach, in tokens; `None` when a class draws from a dataset (lengths not known here).
-fn longest_context(plans: &[ClassPlan]) -> Option<u64> {
-    plans
-        .iter()
-        .map(|c| match &c.prompt {
-            PromptSource::Synthetic(d) => Some(
-                u64::from(c.shared_prefix_tokens)
-                    + u64::from(d.max()?)
-                    + u64::from(c.max_tokens.max()?),
-            ),
-            PromptSource::Dataset(_) => None,
-        })
-        .try_fold(0, |m, l| Some(m.max(l?)))
-}
-
 /// A configuration error with the flag that sets each field it names (`tensor_parallel` is
 /// `--tp`), so the message points at what to change on this command line.
 fn with_flags(e: &dyn std::fmt::Display) -> String {
@@ -503,7 +487,11 @@ async fn plan_one(
         b
     });
     let edge = ErrorEdge::of(fit.as_ref());
-    let mut caveats = headroom_plan::bounds::caveats_with(&cfg, fit.as_ref());
+    let mut caveats = headroom_plan::bounds::caveats_with(
+        &cfg,
+        fit.as_ref(),
+        headroom_plan::calibrate::longest_context(&p.plans),
+    );
     if let Some(c) = &p.calibration
         && let Some(m) = &c.other_gpu
     {
@@ -522,11 +510,6 @@ async fn plan_one(
         headroom_plan::bounds::identical_requests_caveat(&p.plans, p.workload.spec.load.mode)
     {
         caveats.push(c);
-    }
-    // The long-context caveat is about contexts, not the limit: drop it when no request of the
-    // workload can reach 32k tokens.
-    if longest_context(&p.plans).is_some_and(|l| l < 32_768) {
-        caveats.retain(|c| !c.starts_with("max_model_len "));
     }
     let warnings = p
         .workload

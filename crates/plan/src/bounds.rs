@@ -164,13 +164,19 @@ pub fn identical_requests_caveat(plans: &[ClassPlan], mode: LoadMode) -> Option<
 /// ratio or not at all, contexts beyond what was validated, and the twin's known bias on each
 /// signal a capacity rests on.
 pub fn caveats(cfg: &EngineConfig) -> Vec<String> {
-    caveats_with(cfg, None)
+    caveats_with(cfg, None, None)
 }
 
 /// [`caveats`], with a calibration: on the calibrated GPU its constants are measured, not
 /// estimated; the fit's own residuals per signal replace the generic [`SIGNAL_ERRORS`]; each
-/// constant the run did not constrain is named.
-pub fn caveats_with(cfg: &EngineConfig, fit: Option<&FitBounds>) -> Vec<String> {
+/// constant the run did not constrain is named. `longest_context` (tokens,
+/// [`crate::calibrate::longest_context`] of the planned workload; `None`: unknown) keeps the
+/// long-context caveat to workloads that can reach 32k tokens, not every 32k `max_model_len`.
+pub fn caveats_with(
+    cfg: &EngineConfig,
+    fit: Option<&FitBounds>,
+    longest_context: Option<u64>,
+) -> Vec<String> {
     let mut out = Vec::new();
     let prov = &cfg.gpu.provenance;
     if let Some(f) = fit.filter(|f| !f.same_card) {
@@ -217,7 +223,7 @@ pub fn caveats_with(cfg: &EngineConfig, fit: Option<&FitBounds>) -> Vec<String> 
                 .to_string(),
         );
     }
-    if cfg.max_model_len >= 32_768 {
+    if cfg.max_model_len >= 32_768 && longest_context.is_none_or(|l| l >= 32_768) {
         out.push(format!(
             "max_model_len {}: contexts of 32k tokens and more are not validated (attention and KV traffic dominate there)",
             cfg.max_model_len
@@ -356,6 +362,20 @@ mod tests {
                 "{prompt} {out} {eos}"
             );
         }
+    }
+
+    #[test]
+    fn the_long_context_caveat_follows_the_workloads_contexts_not_the_limit() {
+        let mut c = cfg("a10g", "bf16", 1);
+        c.max_model_len = 32_768;
+        let long = |l| {
+            caveats_with(&c, None, l)
+                .iter()
+                .any(|s| s.starts_with("max_model_len 32768"))
+        };
+        assert!(long(None), "unknown lengths (a dataset) keep it");
+        assert!(long(Some(40_000)));
+        assert!(!long(Some(400)));
     }
 
     #[test]

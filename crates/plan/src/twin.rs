@@ -464,10 +464,7 @@ impl<'a> Level<'a> {
                     "{} requests were in flight or waiting to be sent after {:.1} s of simulated time at {} req/s offered: the engine serves a small share of that rate, and no HTTP client holds that many streams (it is bounded by its open-file limit), so the level has no verdict; its capacity lies below this load",
                     self.flights.len() + queued.len(),
                     t,
-                    headroom_core::slo::fmt_num(match self.req.mode {
-                        LevelMode::Rate { rate_per_s, .. } => rate_per_s,
-                        LevelMode::Concurrency(c) => f64::from(c),
-                    }),
+                    headroom_core::slo::fmt_num(self.req.mode.level()),
                 ));
                 break;
             }
